@@ -1,0 +1,191 @@
+"""The `dlu` command line. Exit codes: the job's own for `run`; 0 ok; 1 failed check; 2 usage errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dlu_api.builder import from_torchrun_cmd
+from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.client import connect
+from dlu_api.errors import DLUError, SpecError
+from dlu_api.spec.entrypoint import is_torchrun_command
+from dlu_api.spec.io import job_schema, load_spec
+from dlu_api.spec.models import JobSpec
+
+app = typer.Typer(
+    name="dlu",
+    help="DLU: run and watch distributed deep-learning jobs on Ray.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+AddressOpt = Annotated[
+    str | None,
+    typer.Option("--address", "-a", envvar="DLU_ADDRESS", help="Ray job server URL; unset: local."),
+]
+
+
+def _echo(line: str) -> None:
+    typer.echo(line)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _spec_from_args(args: list[str], name: str | None, device_type: str | None) -> JobSpec:
+    if not args:
+        raise ValueError("give a spec file, or `-- torchrun [flags] script.py args...`")
+    if is_torchrun_command(args):
+        return from_torchrun_cmd(args, name=name or "torchrun-job", device_type=device_type or "GPU")
+    if len(args) != 1:
+        raise ValueError(f"expected one spec file or a torchrun command after '--', got {' '.join(args)!r}")
+    spec = load_spec(args[0])
+    updates: dict[str, object] = {}
+    if name:
+        updates["name"] = name
+    if device_type:
+        updates["device_type"] = device_type.upper()
+    return JobSpec.model_validate({**spec.model_dump(), **updates}) if updates else spec
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    spec_or_command: Annotated[
+        list[str], typer.Argument(help="A spec file, or '-- torchrun [flags] script.py args...'.")
+    ],
+    name: Annotated[str | None, typer.Option(help="Job name (overrides the spec's).")] = None,
+    device_type: Annotated[
+        str | None, typer.Option("--device-type", help="GPU or CPU (a torchrun command defaults to GPU).")
+    ] = None,
+    address: AddressOpt = None,
+) -> None:
+    """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code."""
+    try:
+        spec = _spec_from_args(spec_or_command, name, device_type)
+        client = connect(address)
+        job = client.submit(spec)
+    except (DLUError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    printer = ProgressPrinter(_echo)
+    try:
+        final = client.wait(job, printer)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: stopping job {job} ...", err=True)
+        client.stop(job)
+        final = client.wait(job, printer)
+        typer.echo(status_text(final, events=0))
+        raise typer.Exit(130) from None
+    typer.echo(status_text(final, events=0))
+    raise typer.Exit(final.exit_code if final.exit_code is not None else 1)
+
+
+@app.command()
+def submit(
+    spec_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
+    address: AddressOpt = None,
+    name: Annotated[str | None, typer.Option(help="Job name (overrides the spec's).")] = None,
+) -> None:
+    """Submit a job to a cluster and return at once."""
+    if not address:
+        raise _fail("dlu submit needs --address http://HEAD:8265 (or $DLU_ADDRESS); use `dlu run` locally")
+    try:
+        spec = _spec_from_args([str(spec_file)], name, None)
+        job = connect(address).submit(spec)
+    except (DLUError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"submitted {job} to {address}; follow it with `dlu logs --follow {job}`")
+
+
+@app.command()
+def status(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    address: AddressOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    events: Annotated[int, typer.Option(help="How many recent events to show.")] = 10,
+) -> None:
+    """Stage, roles, restart counts and recent events of a job."""
+    try:
+        current = connect(address).status(job)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(current.model_dump_json(indent=2) if as_json else status_text(current, events))
+
+
+@app.command()
+def stop(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
+    """Stop a job; its actors and placement groups are removed."""
+    try:
+        connect(address).stop(job)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"stop requested for {job}")
+
+
+@app.command()
+def logs(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    address: AddressOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job stops.")
+    ] = False,
+) -> None:
+    """Print a job's logs."""
+    try:
+        for line in connect(address).logs(job, follow):
+            typer.echo(line)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command(name="list")
+def list_jobs(address: AddressOpt = None) -> None:
+    """Jobs known locally or on the cluster."""
+    try:
+        jobs = connect(address).list_jobs()
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    for job in jobs:
+        code = "" if job.exit_code is None else f" exit={job.exit_code}"
+        typer.echo(f"{job.name}\t{job.stage.value}{code}\t{job.where}")
+
+
+@app.command()
+def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
+    """Check spec files and print every problem, each with its field and fix."""
+    bad = 0
+    for path in specs:
+        try:
+            load_spec(path)
+        except SpecError as exc:
+            bad += 1
+            typer.echo(f"{path}: {len(exc.problems)} problem(s)")
+            for problem in exc.problems:
+                typer.echo(f"  - {problem}")
+            continue
+        typer.echo(f"{path}: ok")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def schema(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")] = None,
+) -> None:
+    """Print the JSON Schema of a job spec."""
+    text = json.dumps(job_schema(), indent=2) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    app()

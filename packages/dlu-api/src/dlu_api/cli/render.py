@@ -1,0 +1,72 @@
+"""Turning job statuses into lines for a terminal; pure functions plus one small stateful printer."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from dlu_api.status import JobEvent, JobStatus, RoleStatus
+
+
+def role_line(role: RoleStatus) -> str:
+    stages = Counter(a.stage for a in role.actors)
+    stage_text = ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items())) or "no actors"
+    restarts = f", {role.restart_count} restart(s)" if role.restart_count else ""
+    return f"  {role.name} ({role.kind}): {stage_text}{restarts}"
+
+
+def event_line(event: JobEvent, t0: float | None = None) -> str:
+    when = (
+        f"+{event.time - t0:7.2f}s"
+        if t0 is not None
+        else time.strftime("%H:%M:%S", time.localtime(event.time))
+    )
+    where = "/".join(p for p in (event.role, event.actor) if p)
+    return f"  {when} {event.kind:<18} {where + ': ' if where else ''}{event.message}"
+
+
+def status_text(status: JobStatus, events: int = 10) -> str:
+    lines = [f"job {status.name}: {status.stage.value}"]
+    if status.exit_code is not None:
+        lines[0] += f" (exit code {status.exit_code})"
+    if status.reason:
+        lines.append(f"reason: {status.reason}")
+    if status.job_restart_count:
+        lines.append(f"job restarts: {status.job_restart_count}")
+    if status.roles:
+        lines.append("roles:")
+        lines += [role_line(r) for r in status.roles]
+    if status.events and events:
+        lines.append(f"last {min(events, len(status.events))} event(s):")
+        lines += [event_line(e) for e in status.events[-events:]]
+    return "\n".join(lines)
+
+
+class ProgressPrinter:
+    """Prints what changed between successive statuses: stage, role states, new events."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._stage: str | None = None
+        self._roles: dict[str, str] = {}
+        self._events_seen = 0
+        self._t0: float | None = None
+
+    def __call__(self, status: JobStatus) -> None:
+        if status.events and self._t0 is None:
+            self._t0 = status.events[0].time
+        if status.stage.value != self._stage:
+            self._stage = status.stage.value
+            self._emit(f"[{status.name}] stage {status.stage.value}")
+        for role in status.roles:
+            line = role_line(role)
+            if self._roles.get(role.name) != line:
+                self._roles[role.name] = line
+                self._emit(line)
+        fresh = (
+            status.events[self._events_seen :] if len(status.events) >= self._events_seen else status.events
+        )
+        for event in fresh:
+            self._emit(event_line(event, self._t0))
+        self._events_seen = len(status.events)

@@ -1,0 +1,67 @@
+"""The client surface every way of running a job implements: local embedded Ray or a cluster."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStatus, JobSummary
+
+StatusCallback = Callable[[JobStatus], None]
+
+
+class JobClient(ABC):
+    """Submit, watch and stop DLU jobs.
+
+    Implementations raise `dlu_api.errors.DLUError` subclasses with messages meant for users.
+    """
+
+    @abstractmethod
+    def submit(self, spec: JobSpec) -> str:
+        """Start the job and return its name without waiting for it.
+
+        Raises:
+            SpecError: the spec breaks a rule (nothing was started).
+            ClusterError: the cluster refused or could not be reached.
+        """
+
+    @abstractmethod
+    def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
+        """Block until the job has stopped; `on_update` sees every changed status.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+    @abstractmethod
+    def status(self, name: str) -> JobStatus:
+        """The job's current status.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+    @abstractmethod
+    def stop(self, name: str) -> None:
+        """Ask the job to stop; returns once the request is accepted.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+    @abstractmethod
+    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+        """The job's log lines; with `follow`, keeps yielding until the job stops.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+    @abstractmethod
+    def list_jobs(self) -> list[JobSummary]:
+        """Jobs this client can see, newest first."""
+
+    def run(self, spec: JobSpec, on_update: StatusCallback | None = None) -> JobStatus:
+        """Submit and wait."""
+        return self.wait(self.submit(spec), on_update)

@@ -1,0 +1,45 @@
+"""The local client lives in dlu-prime (it needs Ray); this module finds it or says what to install."""
+
+from __future__ import annotations
+
+import importlib
+
+from dlu_api.client.base import JobClient
+from dlu_api.errors import MissingComponentError
+
+LOCAL_CLIENT_PATH = "dlu_prime.local:LocalJobClient"
+
+INSTALL_HINT = (
+    "Running a job on this machine needs dlu-prime (the DLU control plane, with Ray). "
+    "Install it with `pip install 'dlu-api[local]'` (or `pip install dlu-prime`), "
+    "or run on a cluster instead with `--address http://HEAD:8265`."
+)
+
+
+def local_client() -> JobClient:
+    """A client that runs jobs on an embedded Ray in this process.
+
+    Raises:
+        MissingComponentError: dlu-prime, or something it needs, is not installed.
+    """
+    module_name, _, attr = LOCAL_CLIENT_PATH.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or "?"
+        if missing == "dlu_prime":
+            raise MissingComponentError(INSTALL_HINT) from None
+        if missing == module_name:
+            raise MissingComponentError(
+                f"the installed dlu-prime has no {module_name}; upgrade it to match dlu-api "
+                "(`pip install -U dlu-prime`)."
+            ) from None
+        raise MissingComponentError(
+            f"dlu-prime is installed but its dependency {missing!r} is missing; "
+            "reinstall it with `pip install --force-reinstall dlu-prime`."
+        ) from None
+    client_class = getattr(module, attr)
+    client = client_class()
+    if not isinstance(client, JobClient):
+        raise MissingComponentError(f"{LOCAL_CLIENT_PATH} is not a JobClient; reinstall dlu-prime.")
+    return client

@@ -1,0 +1,57 @@
+"""`Job`: a validated spec plus the calls users make on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlu_api.client import JobClient, StatusCallback, connect
+from dlu_api.spec.io import load_spec
+from dlu_api.spec.models import JobSpec
+from dlu_api.spec.rules import ensure_valid
+from dlu_api.status import JobStatus
+
+
+@dataclass
+class JobHandle:
+    """A submitted job."""
+
+    name: str
+    client: JobClient
+
+    def wait(self, on_update: StatusCallback | None = None) -> JobStatus:
+        return self.client.wait(self.name, on_update)
+
+    def status(self) -> JobStatus:
+        return self.client.status(self.name)
+
+    def stop(self) -> None:
+        self.client.stop(self.name)
+
+    def logs(self, follow: bool = False) -> Iterator[str]:
+        return self.client.logs(self.name, follow)
+
+
+class Job:
+    """A job ready to run. Construction validates the spec, so a bad spec never starts anything.
+
+    Raises:
+        SpecError: from the constructor, listing every problem.
+    """
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = ensure_valid(spec)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Job:
+        return cls(load_spec(path))
+
+    def submit(self, address: str | None = None) -> JobHandle:
+        """Start the job locally (no address) or on the cluster at `address`; do not wait."""
+        client = connect(address)
+        return JobHandle(client.submit(self.spec), client)
+
+    def run(self, address: str | None = None, on_update: StatusCallback | None = None) -> JobStatus:
+        """Start the job and wait for it to stop; the status carries the exit code."""
+        return self.submit(address).wait(on_update)

@@ -1,0 +1,183 @@
+"""Parse a torchrun command line into what DLU needs: nodes, processes per node, and the script.
+
+DLU does its own rendezvous, so torchrun's rendezvous and master flags are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from dlu_api.spec.entrypoint import is_torchrun_command, split_command
+
+# Flags that take a value. Both spellings (dash and underscore) are accepted.
+_VALUE_FLAGS = {
+    "nnodes",
+    "nproc-per-node",
+    "max-restarts",
+    "monitor-interval",
+    "rdzv-backend",
+    "rdzv-endpoint",
+    "rdzv-id",
+    "rdzv-conf",
+    "node-rank",
+    "master-addr",
+    "master-port",
+    "local-addr",
+    "role",
+    "log-dir",
+    "redirects",
+    "tee",
+    "start-method",
+    "local-ranks-filter",
+    "logs-specs",
+}
+_BOOL_FLAGS = {"standalone", "module", "no-python", "run-path"}
+_IGNORED = {
+    "monitor-interval",
+    "rdzv-backend",
+    "rdzv-endpoint",
+    "rdzv-id",
+    "rdzv-conf",
+    "node-rank",
+    "master-addr",
+    "master-port",
+    "local-addr",
+    "role",
+    "log-dir",
+    "redirects",
+    "tee",
+    "start-method",
+    "local-ranks-filter",
+    "logs-specs",
+    "standalone",
+    "run-path",
+}
+
+
+@dataclass(frozen=True)
+class TorchrunCommand:
+    """What a torchrun command asks for. `nproc_per_node` may be "gpu", "cpu" or "auto"."""
+
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: int | str
+    entrypoint: str
+    max_restarts: int | None = None
+    ignored_flags: tuple[str, ...] = field(default=())
+
+    @property
+    def nnodes(self) -> str:
+        if self.min_nodes == self.max_nodes:
+            return str(self.max_nodes)
+        return f"{self.min_nodes}:{self.max_nodes}"
+
+
+def parse_nnodes(value: str) -> tuple[int, int]:
+    """ "2" -> (2, 2); "1:4" -> (1, 4).
+
+    Raises:
+        ValueError: not N or MIN:MAX with 1 <= MIN <= MAX.
+    """
+    parts = value.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"--nnodes {value!r} is not N or MIN:MAX") from None
+    if len(numbers) == 1:
+        numbers = numbers * 2
+    if len(numbers) != 2 or numbers[0] < 1 or numbers[0] > numbers[1]:
+        raise ValueError(f"--nnodes {value!r} must be N or MIN:MAX with 1 <= MIN <= MAX")
+    return numbers[0], numbers[1]
+
+
+def _split_flag(token: str) -> tuple[str, str | None]:
+    body = token.lstrip("-")
+    name, sep, value = body.partition("=")
+    return name.replace("_", "-"), (value if sep else None)
+
+
+def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
+    """Parse `torchrun [flags] script.py args...` (or `-m module args...`).
+
+    Script arguments are kept verbatim, quoted again so that they split back the same.
+
+    Raises:
+        ValueError: not a torchrun command, an unknown flag, a missing value or script.
+    """
+    tokens = split_command(command) if isinstance(command, str) else list(command)
+    if not is_torchrun_command(tokens):
+        raise ValueError(
+            f"not a torchrun command: {' '.join(tokens)!r}; start it with 'torchrun' "
+            "or 'python -m torch.distributed.run'"
+        )
+    rest = tokens[1:] if tokens[0] == "torchrun" else tokens[3:]
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "--":
+        token = rest[i]
+        if token == "-m":
+            flags.add("module")
+            i += 1
+            continue
+        name, inline = _split_flag(token)
+        if name in _BOOL_FLAGS:
+            flags.add(name)
+            i += 1
+        elif name in _VALUE_FLAGS:
+            if inline is None:
+                if i + 1 >= len(rest):
+                    raise ValueError(f"torchrun flag {token} needs a value")
+                inline = rest[i + 1]
+                i += 2
+            else:
+                i += 1
+            values[name] = inline
+        else:
+            raise ValueError(
+                f"unknown torchrun flag {token!r}; DLU understands --nnodes, --nproc-per-node, "
+                "--max-restarts, --standalone, -m/--module, --no-python and ignores rendezvous flags"
+            )
+    if i < len(rest) and rest[i] == "--":
+        i += 1
+    program = rest[i:]
+    if not program:
+        raise ValueError("torchrun command has no training script; add e.g. 'train.py'")
+
+    if "standalone" in flags:
+        min_nodes = max_nodes = 1
+    else:
+        min_nodes, max_nodes = parse_nnodes(values.get("nnodes", "1"))
+    nproc_raw = values.get("nproc-per-node", "1")
+    nproc: int | str
+    if nproc_raw in ("gpu", "cpu", "auto"):
+        nproc = nproc_raw
+    else:
+        try:
+            nproc = int(nproc_raw)
+        except ValueError:
+            raise ValueError(
+                f"--nproc-per-node {nproc_raw!r} is not a number, 'gpu', 'cpu' or 'auto'"
+            ) from None
+        if nproc < 1:
+            raise ValueError(f"--nproc-per-node must be >= 1, got {nproc}")
+    max_restarts: int | None = None
+    if "max-restarts" in values:
+        try:
+            max_restarts = int(values["max-restarts"])
+        except ValueError:
+            raise ValueError(f"--max-restarts {values['max-restarts']!r} is not a number") from None
+
+    script_args = [shlex.quote(a) for a in program[1:]]
+    if "module" in flags:
+        entrypoint = " ".join(["-m", program[0], *script_args])
+    elif "no-python" in flags:
+        raise ValueError(
+            "--no-python runs a non-Python program; DLU runs Python training code. "
+            "Drop --no-python and point torchrun at the Python script"
+        )
+    else:
+        entrypoint = " ".join([shlex.quote(program[0]), *script_args])
+    ignored = tuple(sorted(n for n in (set(values) | flags) if n in _IGNORED))
+    return TorchrunCommand(min_nodes, max_nodes, nproc, entrypoint, max_restarts, ignored)
