@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli.render import ProgressPrinter, status_text
 from dlu_api.client import connect
 from dlu_api.errors import DLUError, SpecError
 from dlu_api.spec.entrypoint import is_torchrun_command
-from dlu_api.spec.io import job_schema, load_spec
+from dlu_api.spec.io import job_schema, load_spec, spec_from_dict
 from dlu_api.spec.models import JobSpec
 
 app = typer.Typer(
@@ -47,16 +48,23 @@ def _spec_from_args(args: list[str], name: str | None, device_type: str | None) 
         return from_torchrun_cmd(args, name=name or "torchrun-job", device_type=device_type or "GPU")
     if len(args) != 1:
         raise ValueError(f"expected one spec file or a torchrun command after '--', got {' '.join(args)!r}")
-    spec = load_spec(args[0])
     updates: dict[str, object] = {}
     if name:
         updates["name"] = name
     if device_type:
         updates["device_type"] = device_type.upper()
-    return JobSpec.model_validate({**spec.model_dump(), **updates}) if updates else spec
+    spec = load_spec(args[0], validate=not updates)
+    if not updates:
+        return spec
+    # Override the file as written, not the loaded spec: values derived from the old ones (an
+    # elastic rank's GPU count follows device_type) must be derived afresh, then checked.
+    path = Path(args[0])
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    return spec_from_dict({**data, **updates})
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command()
 def run(
     spec_or_command: Annotated[
         list[str], typer.Argument(help="A spec file, or '-- torchrun [flags] script.py args...'.")

@@ -147,6 +147,10 @@ class RemoteJobClient(JobClient):
         response = self._request("GET", f"/api/jobs/{submission_id(name)}/logs")
         if response.status_code == 404:
             raise JobNotFoundError(f"no job named {name!r} on {self.address}.")
+        if response.status_code >= 400:
+            raise ClusterError(
+                f"cannot read the logs of job {name!r} ({response.status_code}): {response.text.strip()}"
+            )
         return str(response.json().get("logs", ""))
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
