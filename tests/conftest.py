@@ -10,6 +10,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Ray would otherwise re-run every worker through `uv run` (packaging the repo as a working_dir).
+os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
@@ -22,3 +25,35 @@ def uv_bin() -> str:
     if not found:
         pytest.fail("uv is not on PATH; run the tests with `uv run pytest` as the README says")
     return found
+
+
+def ray_init_kwargs(tmp_root: str) -> dict[str, object]:
+    """Options for a private local Ray: loopback only, no dashboard, logical GPUs."""
+    return {
+        "address": "local",
+        "namespace": "dlu",
+        "include_dashboard": False,
+        "num_cpus": 8,
+        "num_gpus": 8,
+        "object_store_memory": 200 * 1024**2,
+        "_node_ip_address": "127.0.0.1",
+        "_temp_dir": tmp_root,
+        "log_to_driver": True,
+    }
+
+
+@pytest.fixture(scope="session")
+def ray_session():  # type: ignore[no-untyped-def]
+    """One private Ray instance for the whole test session (starting Ray costs seconds)."""
+    import tempfile
+
+    import ray
+
+    tmp_root = tempfile.mkdtemp(prefix="dlu-ray-", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = tmp_root
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(**ray_init_kwargs(tmp_root))  # type: ignore[arg-type]
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(tmp_root, ignore_errors=True)

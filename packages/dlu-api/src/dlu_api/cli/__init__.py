@@ -84,13 +84,16 @@ def run(
         raise _fail(str(exc)) from None
     printer = ProgressPrinter(_echo)
     try:
-        final = client.wait(job, printer)
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: stopping job {job} ...", err=True)
-        client.stop(job)
-        final = client.wait(job, printer)
-        typer.echo(status_text(final, events=0))
-        raise typer.Exit(130) from None
+        try:
+            final = client.wait(job, printer)
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted: stopping job {job} ...", err=True)
+            client.stop(job)
+            final = client.wait(job, printer)
+            typer.echo(status_text(final, events=0))
+            raise typer.Exit(130) from None
+    finally:
+        client.close()
     typer.echo(status_text(final, events=0))
     raise typer.Exit(final.exit_code if final.exit_code is not None else 1)
 

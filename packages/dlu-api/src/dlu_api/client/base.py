@@ -62,6 +62,10 @@ class JobClient(ABC):
     def list_jobs(self) -> list[JobSummary]:
         """Jobs this client can see, newest first."""
 
+    def close(self) -> None:
+        """Release what the client holds (an embedded Ray, connections). Safe to call twice."""
+        return None
+
     def run(self, spec: JobSpec, on_update: StatusCallback | None = None) -> JobStatus:
         """Submit and wait."""
         return self.wait(self.submit(spec), on_update)

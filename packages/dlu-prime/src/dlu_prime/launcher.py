@@ -1,0 +1,283 @@
+"""Launching a job on a connected Ray: checks, PrimeMaster creation, waiting, and cleanup.
+
+`dlu run` (embedded Ray), `Job.submit()` and the cluster entrypoint `python -m dlu_prime launch`
+all go through these functions, so a job behaves the same wherever it was started.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from dlu_api.errors import DLUError, Problem, SpecError
+from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
+from dlu_api.spec.models import JobSpec
+from dlu_api.spec.rules import ensure_valid
+from dlu_api.spec.torchrun import parse_torchrun
+from dlu_api.status import JobStage, JobStatus
+from dlu_prime.master.actor import PrimeMaster
+from dlu_prime.master.state import JobState
+from dlu_prime.naming import NAMESPACE, master_name
+from dlu_prime.scheduler.cleanup import remove_job_resources
+from dlu_prime.scheduler.placement import master_options, plan_placement
+from dlu_prime.state.base import StateStoreError, create_state_store
+
+logger = logging.getLogger(__name__)
+
+StatusCallback = Callable[[JobStatus], None]
+
+
+class JobNameTakenError(DLUError):
+    """A job with this name is still running on the cluster."""
+
+
+# checks before anything starts ------------------------------------------------------------------
+def _resource_problems(spec: JobSpec) -> list[Problem]:
+    """Compare what the job's placement groups need with what the cluster has."""
+    total: dict[str, float] = {str(k): float(v) for k, v in ray.cluster_resources().items()}
+    need: dict[str, float] = {}
+    biggest: dict[str, float] = {}
+    master = master_options(spec)
+    master_needs: dict[str, float] = {"CPU": float(master.get("num_cpus", 0.0))}
+    if master.get("memory"):
+        master_needs["memory"] = float(master["memory"])
+    master_needs.update(master.get("resources") or {})
+    bundles = [b.resources for g in plan_placement(spec).groups for b in g.bundles] + [master_needs]
+    for resources in bundles:
+        for name, amount in resources.items():
+            need[name] = need.get(name, 0.0) + amount
+            biggest[name] = max(biggest.get(name, 0.0), amount)
+    problems: list[Problem] = []
+    for name, amount in sorted(need.items()):
+        have = float(total.get(name, 0.0))
+        if amount > have + 1e-9:
+            problems.append(
+                Problem(
+                    "roles",
+                    f"the job needs {amount:g} {name} in all (PrimeMaster included) but the cluster "
+                    f"has {have:g}.",
+                    f"lower the roles' {name} requests or total (or master.cpu), or add nodes with {name}.",
+                )
+            )
+    node_max: dict[str, float] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for name, amount in (node.get("Resources") or {}).items():
+                node_max[name] = max(node_max.get(name, 0.0), float(amount))
+    for name, amount in sorted(biggest.items()):
+        if (
+            name in need
+            and need[name] <= float(total.get(name, 0.0))
+            and amount > node_max.get(name, 0.0) + 1e-9
+        ):
+            problems.append(
+                Problem(
+                    "roles",
+                    f"one placement bundle needs {amount:g} {name} but the largest node has "
+                    f"{node_max.get(name, 0.0):g}.",
+                    "lower per_group or the per-actor request so a bundle fits on one node.",
+                )
+            )
+    return problems
+
+
+def _entrypoint_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
+    """Entrypoints that cannot be found from here (modules by spec, scripts by path)."""
+    problems: list[Problem] = []
+    added = workdir is not None and workdir not in sys.path
+    if added and workdir is not None:
+        sys.path.insert(0, workdir)
+    try:
+        for role in spec.roles:
+            entry = parse_entrypoint(role.entrypoint)
+            if entry.kind is EntrypointKind.TORCHRUN:
+                entry = parse_entrypoint(parse_torchrun(role.entrypoint).entrypoint)
+            field = f"roles[{role.name}].entrypoint"
+            if entry.kind in (EntrypointKind.OBJECT, EntrypointKind.MODULE):
+                module = entry.module if entry.kind is EntrypointKind.OBJECT else entry.target
+                try:
+                    found = importlib.util.find_spec(module) is not None
+                except (ImportError, ValueError):
+                    found = False
+                if not found:
+                    problems.append(
+                        Problem(
+                            field,
+                            f"module {module!r} cannot be imported (searched from {workdir or 'the cluster'}).",
+                            "check the spelling, install the package, or run from the directory that holds it.",
+                        )
+                    )
+            elif entry.kind is EntrypointKind.SCRIPT:
+                path = Path(entry.target)
+                if not path.is_absolute() and workdir:
+                    path = Path(workdir) / path
+                if not path.is_file():
+                    problems.append(Problem(field, f"script {str(path)!r} does not exist.", "fix the path."))
+    finally:
+        if added and workdir in sys.path:
+            sys.path.remove(workdir)
+    return problems
+
+
+def _store_problems(spec: JobSpec) -> list[Problem]:
+    try:
+        create_state_store(spec.state_store.name, spec.state_store.options).close()
+    except StateStoreError as exc:
+        return [Problem("state_store", str(exc), "pick an installed store or fix its options.")]
+    return []
+
+
+def preflight(spec: JobSpec, workdir: str | None) -> None:
+    """Reject a job that cannot run, before any actor or placement group exists.
+
+    Raises:
+        SpecError: every problem found.
+    """
+    ensure_valid(spec)
+    problems = _resource_problems(spec) + _entrypoint_problems(spec, workdir) + _store_problems(spec)
+    if problems:
+        raise SpecError(problems)
+
+
+# master lifecycle -------------------------------------------------------------------------------
+def get_master(job: str) -> Any | None:
+    try:
+        return ray.get_actor(master_name(job), namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def _stored_status(spec: JobSpec) -> JobStatus | None:
+    try:
+        store = create_state_store(spec.state_store.name, spec.state_store.options)
+        stored = store.get(spec.name)
+    except StateStoreError:
+        return None
+    if stored is None:
+        return None
+    try:
+        return JobState.loads(stored.data).to_status()
+    except ValueError:
+        return None
+
+
+def submit_job(spec: JobSpec, workdir: str | None = None) -> Any:
+    """Check the job, clear leftovers of an earlier run of the same name, create its PrimeMaster.
+
+    Raises:
+        SpecError: the job cannot run here (nothing was created).
+        JobNameTakenError: a job of this name is still running.
+    """
+    preflight(spec, workdir)
+    old = get_master(spec.name)
+    if old is not None:
+        try:
+            old_status = JobStatus.model_validate(ray.get(old.status.remote(0), timeout=10))
+        except (RayError, GetTimeoutError):
+            old_status = None
+        if old_status is not None and old_status.stage is not JobStage.STOPPED:
+            raise JobNameTakenError(
+                f"job {spec.name!r} is still {old_status.stage.value}; stop it with `dlu stop {spec.name}` "
+                "or choose another name."
+            )
+    remove_job_resources(spec.name, include_master=True)
+    master_class = ray.remote(PrimeMaster)
+    master = master_class.options(  # pyright: ignore[reportUnknownMemberType]
+        name=master_name(spec.name),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        max_restarts=spec.limits.master_max_restart,
+        max_concurrency=16,
+        **master_options(spec),
+    ).remote(spec.model_dump_json(), workdir)
+    logger.info("job %s: PrimeMaster created", spec.name)
+    return master
+
+
+def job_status(job: str) -> JobStatus | None:
+    master = get_master(job)
+    if master is None:
+        return None
+    return JobStatus.model_validate(ray.get(master.status.remote(), timeout=30))
+
+
+def wait_job(
+    spec: JobSpec,
+    on_update: StatusCallback | None = None,
+    poll_interval_s: float = 0.5,
+) -> JobStatus:
+    """Follow the job until STOPPED, then remove its PrimeMaster and anything left behind.
+
+    If the PrimeMaster dies for good (past its restart limit), the last stored state is
+    reported with the reason, and the job's actors are removed by name.
+    """
+    last: JobStatus | None = None
+    final: JobStatus | None = None
+    while final is None:
+        master = get_master(spec.name)
+        if master is None:
+            final = _master_lost(spec, last, "its PrimeMaster is gone")
+            break
+        try:
+            current = JobStatus.model_validate(ray.get(master.status.remote(), timeout=30))
+        except RayActorError as exc:
+            if get_master(spec.name) is None:
+                final = _master_lost(spec, last, f"its PrimeMaster died and was not restarted ({exc})")
+            else:
+                time.sleep(poll_interval_s)  # being reconstructed by Ray
+            continue
+        except GetTimeoutError:
+            continue
+        if on_update is not None and current != last:
+            on_update(current)
+        last = current
+        if current.stage is JobStage.STOPPED:
+            final = current
+            break
+        time.sleep(poll_interval_s)
+    remove_job_resources(spec.name, include_master=True)
+    return final
+
+
+def _master_lost(spec: JobSpec, last: JobStatus | None, why: str) -> JobStatus:
+    stored = _stored_status(spec) or last
+    base = stored or JobStatus(name=spec.name, stage=JobStage.STOPPED)
+    if base.stage is JobStage.STOPPED:
+        return base
+    return base.model_copy(
+        update={
+            "stage": JobStage.STOPPED,
+            "exit_code": 1,
+            "reason": f"job {spec.name} stopped because {why}; last stage {base.stage.value}",
+        }
+    )
+
+
+def stop_job(job: str, reason: str = "stopped by user request") -> bool:
+    """Ask the job's PrimeMaster to stop; with no PrimeMaster, remove what is left by name.
+
+    Returns whether a PrimeMaster was found.
+    """
+    master = get_master(job)
+    if master is None:
+        remove_job_resources(job, include_master=True)
+        return False
+    try:
+        ray.get(master.stop.remote(reason), timeout=30)
+    except (RayError, GetTimeoutError):
+        remove_job_resources(job, include_master=True)
+        return False
+    return True
+
+
+def run_job(spec: JobSpec, workdir: str | None = None, on_update: StatusCallback | None = None) -> JobStatus:
+    submit_job(spec, workdir)
+    return wait_job(spec, on_update)

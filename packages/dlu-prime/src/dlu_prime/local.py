@@ -1,0 +1,145 @@
+"""Running jobs on an embedded Ray in this process: what `dlu run` and `Job.submit()` use.
+
+The embedded Ray lives as long as this process. Each job's latest status is also written to
+`$DLU_HOME/jobs/<name>.json` (default `~/.dlu`), so `dlu status`, `dlu list` and `dlu stop`
+from another terminal see local jobs too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.errors import JobNotFoundError
+from dlu_api.spec.models import JobSpec
+from dlu_api.spec.rules import ensure_valid
+from dlu_api.status import JobStage, JobStatus, JobSummary
+from dlu_prime import launcher, ray_env
+
+HOME_ENV = "DLU_HOME"
+
+
+def dlu_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".dlu")
+
+
+class JobFiles:
+    """The per-job status files of local runs."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or dlu_home()) / "jobs"
+
+    def path(self, name: str) -> Path:
+        return self.root / f"{name}.json"
+
+    def write(self, status: JobStatus, ray_address: str | None) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        record = {"status": status.model_dump(mode="json"), "ray_address": ray_address, "pid": os.getpid()}
+        tmp = self.path(status.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        tmp.replace(self.path(status.name))
+
+    def read(self, name: str) -> dict[str, Any]:
+        try:
+            return json.loads(self.path(name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise JobNotFoundError(f"no local job named {name!r}; `dlu list` shows the known jobs") from None
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        files = sorted(self.root.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        return [p.stem for p in files]
+
+
+class LocalJobClient(JobClient):
+    """Starts an embedded Ray on first use and runs jobs there through the launcher."""
+
+    def __init__(self, **ray_options: Any) -> None:
+        self._ray_options = ray_options
+        self._address: str | None = None
+        self._specs: dict[str, JobSpec] = {}
+        self.files = JobFiles()
+
+    def _ensure_ray(self) -> None:
+        if self._address is None:
+            self._address = ray_env.init_local(**self._ray_options)
+
+    def submit(self, spec: JobSpec) -> str:
+        ensure_valid(spec)
+        self._ensure_ray()
+        launcher.submit_job(spec, os.getcwd())
+        self._specs[spec.name] = spec
+        self.files.write(JobStatus(name=spec.name, stage=JobStage.INIT), self._address)
+        return spec.name
+
+    def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise JobNotFoundError(f"job {name!r} was not submitted by this process")
+
+        def record(status: JobStatus) -> None:
+            self.files.write(status, self._address)
+            if on_update is not None:
+                on_update(status)
+
+        final = launcher.wait_job(spec, record)
+        self.files.write(final, self._address)
+        self._specs.pop(name, None)
+        return final
+
+    def status(self, name: str) -> JobStatus:
+        if name in self._specs:
+            current = launcher.job_status(name)
+            if current is not None:
+                return current
+        return JobStatus.model_validate(self.files.read(name)["status"])
+
+    def stop(self, name: str) -> None:
+        if name in self._specs:
+            launcher.stop_job(name)
+            return
+        record = self.files.read(name)
+        status = JobStatus.model_validate(record["status"])
+        if status.stage is JobStage.STOPPED:
+            return
+        address = record.get("ray_address")
+        if not address:
+            raise JobNotFoundError(f"local job {name!r} has no Ray address on record")
+        ray_env.connect(address)
+        launcher.stop_job(name)
+
+    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+        """The job's event timeline (worker output itself is printed by the `dlu run` that runs it)."""
+        seen = 0
+        while True:
+            status = self.status(name)
+            for event in status.events[seen:]:
+                where = "/".join(p for p in (event.role, event.actor) if p)
+                stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
+                yield f"{stamp} {event.kind} {where + ': ' if where else ''}{event.message}"
+            seen = len(status.events)
+            if not follow or status.stage is JobStage.STOPPED:
+                if status.stage is JobStage.STOPPED and status.reason:
+                    yield f"stopped: exit code {status.exit_code}: {status.reason}"
+                return
+            time.sleep(1.0)
+
+    def list_jobs(self) -> list[JobSummary]:
+        out: list[JobSummary] = []
+        for name in self.files.names():
+            status = JobStatus.model_validate(self.files.read(name)["status"])
+            out.append(JobSummary(name=name, stage=status.stage, exit_code=status.exit_code, where="local"))
+        return out
+
+    def close(self) -> None:
+        import ray
+
+        if self._address is not None and ray.is_initialized():
+            ray.shutdown()
+        self._address = None

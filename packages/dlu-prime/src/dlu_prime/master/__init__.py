@@ -1,0 +1,1 @@
+"""The PrimeMaster actor and its PrimeManager: stages, monitoring, persisted state."""

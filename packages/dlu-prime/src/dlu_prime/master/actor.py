@@ -1,0 +1,107 @@
+"""PrimeMaster: the Ray actor that hosts a job's PrimeManager.
+
+It is thin on purpose: it builds the manager, runs its loop in a thread, and answers the
+driver's calls (status, stop) and the workers' calls (channels). On reconstruction by Ray it
+loads the stored state: a RUNNING job resumes monitoring without touching healthy workers;
+any other stage is stopped safely, with the reason saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStage
+from dlu_prime.master.manager import EXIT_FAILED, FencedError, PrimeManager
+from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.scheduler.ray_scheduler import RayScheduler
+from dlu_prime.state.base import StateStore, create_state_store
+from dlu_prime.worker.actor import was_reconstructed
+
+logger = logging.getLogger(__name__)
+
+
+class PrimeMaster:
+    def __init__(self, spec_json: str, workdir: str | None = None) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        spec = JobSpec.model_validate_json(spec_json)
+        self.spec = spec
+        self.store: StateStore = create_state_store(spec.state_store.name, spec.state_store.options)
+        self.scheduler = RayScheduler(spec, workdir=workdir)
+        self.manager = (
+            self._recover(spec)
+            if was_reconstructed()
+            else PrimeManager.create(spec, self.scheduler, self.store)
+        )
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self.start()
+
+    def _recover(self, spec: JobSpec) -> PrimeManager:
+        stored = self.store.get(spec.name)
+        if stored is None:
+            logger.warning("job %s: reconstructed with no stored state; starting a new run", spec.name)
+            return PrimeManager.create(spec, self.scheduler, self.store)
+        state = JobState.loads(stored.data)
+        manager = PrimeManager(state, self.scheduler, self.store, stored.token)
+        state.master_restart_count += 1
+        state.record("master_restarted", f"PrimeMaster reconstructed in stage {state.stage.value}")
+        manager.save()
+        if state.stage is JobStage.RUNNING:
+            # Actors saved as READY were never started if the crash fell between save and start.
+            unstarted = [n for n, a in state.actors.items() if a.stage is ActorStage.READY]
+            if unstarted:
+                self.scheduler.start(unstarted)
+        elif state.stage is not JobStage.STOPPED:
+            manager.finish(
+                EXIT_FAILED,
+                f"PrimeMaster restarted during {state.stage.value}, a short-lived stage; stopped safely",
+            )
+        return manager
+
+    def start(self) -> None:
+        """Run the manager loop in the background (idempotent)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="dlu-prime-manager", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            self.manager.run()
+        except FencedError:
+            pass
+        finally:
+            self._done.set()
+
+    # driver calls ----------------------------------------------------------------------------
+    def ping(self) -> str:
+        return self.spec.name
+
+    def status(self, events: int = 50) -> dict[str, Any]:
+        return self.manager.status(events).model_dump(mode="json")
+
+    def stop(self, reason: str = "stopped by user request") -> None:
+        self.manager.request_stop(reason)
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    # worker calls ----------------------------------------------------------------------------
+    def create_channel(self, name: str, capacity: int) -> Any:
+        from dlu_prime.naming import channel_name
+        from dlu_prime.runtime.channel import DataChannel
+
+        channel = DataChannel.create(self.spec.name, name, capacity)
+        self.manager.register_channel(name, "channel", channel_name(self.spec.name, name))
+        return channel
+
+    def create_shard_queue(self, name: str, **options: Any) -> Any:
+        from dlu_prime.naming import shard_queue_name
+        from dlu_prime.runtime.sharding import ShardQueue
+
+        queue = ShardQueue.create(self.spec.name, name, **options)
+        self.manager.register_channel(name, "shards", shard_queue_name(self.spec.name, name))
+        return queue

@@ -1,0 +1,266 @@
+"""PrimeManager: the job's stage machine. The one place where the job's state changes.
+
+INIT -> READY -> RUNNING -> STOPPING -> STOPPED. Every change is saved to the state store
+(compare-and-set) before the manager acts on it, so a reconstructed PrimeMaster resumes from
+exactly what this one had decided; a lost compare-and-set means another PrimeMaster owns the
+job and this one must stop touching it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStage, JobStatus
+from dlu_prime.master.monitor import Assessment, assess, failure_reason, track_steps
+from dlu_prime.master.state import ActorRecord, ActorStage, ChannelRecord, JobState, RoleRecord
+from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
+from dlu_prime.scheduler.placement import plan_placement
+from dlu_prime.state.base import StateConflictError, StateStore
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+ALLOWED: dict[JobStage, frozenset[JobStage]] = {
+    JobStage.INIT: frozenset({JobStage.READY, JobStage.STOPPING}),
+    JobStage.READY: frozenset({JobStage.RUNNING, JobStage.STOPPING}),
+    JobStage.RUNNING: frozenset({JobStage.INIT, JobStage.STOPPING}),
+    JobStage.STOPPING: frozenset({JobStage.STOPPED}),
+    JobStage.STOPPED: frozenset(),
+}
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_STOPPED = 130
+
+
+class FencedError(Exception):
+    """Another PrimeMaster wrote the job's state after us: this one must stop acting."""
+
+
+class IllegalTransition(Exception):
+    """A stage change the machine does not allow (a bug, never user input)."""
+
+
+def new_state(spec: JobSpec) -> JobState:
+    """A fresh state with a record for every role and actor of the placement plan."""
+    state = JobState(spec=spec)
+    for role in spec.roles:
+        state.roles[role.name] = RoleRecord(name=role.name)
+    for plan in plan_placement(spec).actors:
+        state.actors[plan.name] = ActorRecord(name=plan.name, role=plan.role, rank=plan.rank)
+    return state
+
+
+class PrimeManager:
+    def __init__(
+        self,
+        state: JobState,
+        scheduler: Scheduler,
+        store: StateStore,
+        token: int | None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.state = state
+        self.scheduler = scheduler
+        self.store = store
+        self.token = token
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop_request: str | None = None
+        self._steps: dict[str, tuple[int, float]] = {}
+
+    @classmethod
+    def create(
+        cls, spec: JobSpec, scheduler: Scheduler, store: StateStore, clock: Clock = time.time
+    ) -> PrimeManager:
+        """A new run of the job. Any stored state of an earlier run with this name is replaced,
+        so a resubmitted job never picks up a finished job's results."""
+        existing = store.get(spec.name)
+        manager = cls(new_state(spec), scheduler, store, existing.token if existing else None, clock)
+        manager.state.record("job_created", f"job {spec.name} created (run {manager.state.run_id[:8]})")
+        manager.save()
+        return manager
+
+    # persistence -----------------------------------------------------------------------------
+    def save(self) -> None:
+        """Compare-and-set the document; losing means we are fenced."""
+        with self._lock:
+            self.state.updated_at = self.clock()
+            try:
+                self.token = self.store.put(self.state.job, self.state.dumps(), self.token)
+            except StateConflictError as exc:
+                raise FencedError(
+                    f"job {self.state.job}: state was written by another PrimeMaster ({exc})"
+                ) from exc
+
+    def transition(self, stage: JobStage, reason: str = "", exit_code: int | None = None) -> None:
+        """The only place the job's stage changes: check, record, save, then return to act."""
+        with self._lock:
+            current = self.state.stage
+            if stage not in ALLOWED[current]:
+                raise IllegalTransition(f"{current.value} -> {stage.value}")
+            self.state.stage = stage
+            if reason:
+                self.state.reason = reason
+            if exit_code is not None:
+                self.state.exit_code = exit_code
+            message = f"{current.value} -> {stage.value}" + (f": {reason.splitlines()[0]}" if reason else "")
+            self.state.record("stage", message, at=self.clock())
+            self.save()
+        logger.info("job %s: %s", self.state.job, message)
+
+    # control from other threads --------------------------------------------------------------
+    def request_stop(self, reason: str = "stopped by user request") -> None:
+        with self._lock:
+            if self._stop_request is None:
+                self._stop_request = reason
+        self._wake.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_request is not None
+
+    def status(self, events: int = 50) -> JobStatus:
+        with self._lock:
+            return self.state.to_status(events)
+
+    def register_channel(self, name: str, kind: str, actor_name: str) -> None:
+        with self._lock:
+            if name in self.state.channels:
+                return
+            self.state.channels[name] = ChannelRecord(name=name, kind=kind, actor_name=actor_name)
+            self.state.record("channel_created", f"{kind} {name!r} created", at=self.clock())
+            self.save()
+
+    # stages ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Drive the job from its current stage to STOPPED (the PrimeMaster's main loop)."""
+        try:
+            if self.state.stage is JobStage.INIT:
+                self.prepare()
+            if self.state.stage is JobStage.READY:
+                self.start()
+            while self.state.stage is JobStage.RUNNING:
+                self.monitor_once()
+                if self.state.stage is JobStage.RUNNING:
+                    self._wake.wait(self.state.spec.health.monitor_interval_s)
+                    self._wake.clear()
+            if self.state.stage is JobStage.STOPPING:
+                self._finish_stopping()
+        except FencedError:
+            logger.error("job %s: fenced by a newer PrimeMaster; this one stops acting", self.state.job)
+            raise
+        except Exception as exc:
+            logger.exception("job %s: PrimeMaster error", self.state.job)
+            if self.state.stage not in (JobStage.STOPPING, JobStage.STOPPED):
+                self.finish(EXIT_FAILED, f"PrimeMaster error: {type(exc).__name__}: {exc}")
+
+    def _actor_names(self) -> list[str]:
+        return list(self.state.actors)
+
+    def prepare(self) -> None:
+        """INIT -> READY: place and create actors, run their self checks and the SubMasters' checks."""
+        names = self._actor_names()
+        try:
+            nodes = self.scheduler.prepare()
+            with self._lock:
+                for name, node in nodes.items():
+                    if name in self.state.actors:
+                        self.state.actors[name].node_id = node
+                self.state.record("actors_created", f"{len(nodes)} actor(s) placed", at=self.clock())
+                self.save()
+            if self._stop_request is not None:
+                self.finish(EXIT_STOPPED, self._stop_request)
+                return
+            self.scheduler.setup(names)
+            self.scheduler.check_children(names)
+        except SchedulingError as exc:
+            self.finish(EXIT_FAILED, f"cannot schedule the job: {exc}")
+            return
+        except ActorSetupError as exc:
+            with self._lock:
+                record = self.state.actors.get(exc.actor)
+                if record is not None:
+                    record.stage = ActorStage.FAILED
+                    record.error = exc.error
+            self.finish(EXIT_FAILED, f"{exc.actor} failed its self check: {exc.error}")
+            return
+        with self._lock:
+            for record in self.state.actors.values():
+                record.stage = ActorStage.READY
+        self.transition(JobStage.READY, "every actor passed its self check")
+
+    def start(self) -> None:
+        """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
+        if self._stop_request is not None:
+            self.finish(EXIT_STOPPED, self._stop_request)
+            return
+        self.transition(JobStage.RUNNING, "job started")
+        self.scheduler.start(self._actor_names())
+
+    def monitor_once(self) -> Assessment:
+        """One pass: poll, judge (pure), apply. Ends the job on failure or when drivers finish."""
+        if self._stop_request is not None:
+            self.finish(EXIT_STOPPED, self._stop_request)
+            return Assessment()
+        observations = self.scheduler.poll(self._actor_names())
+        now = self.clock()
+        self._steps = track_steps(self._steps, observations, now)
+        result = assess(self.state, observations, now, self._steps)
+        self._apply(result)
+        if result.failures:
+            first = result.failures[0]
+            self.finish(EXIT_FAILED, failure_reason(first))
+        elif result.all_drivers_finished:
+            drivers = ", ".join(r.name for r in self.state.spec.roles if r.is_driver)
+            self.finish(EXIT_OK, f"every driver role finished ({drivers})")
+        return result
+
+    def _apply(self, result: Assessment) -> None:
+        if not (result.stage_changes or result.node_changes or result.failures):
+            return
+        with self._lock:
+            now = self.clock()
+            for name, node in result.node_changes.items():
+                self.state.actors[name].node_id = node
+            for name, stage in result.stage_changes.items():
+                self.state.actors[name].stage = stage
+            for failure in result.failures:
+                record = self.state.actors[failure.actor]
+                record.total_failures += 1
+                record.error = failure.message
+                if failure.kind == "died":
+                    record.stage = ActorStage.FAILED
+                self.state.record(
+                    failure.kind,
+                    failure.message.strip().splitlines()[-1] if failure.message.strip() else failure.kind,
+                    role=failure.role,
+                    actor=failure.actor,
+                    node_id=failure.node_id,
+                    at=now,
+                )
+            for role in result.finished_roles:
+                if not any(e.kind == "role_finished" and e.role == role for e in self.state.events):
+                    self.state.record("role_finished", "every actor finished", role=role, at=now)
+            self.save()
+
+    def finish(self, exit_code: int, reason: str) -> None:
+        """Any stage -> STOPPING -> STOPPED: stop and remove every actor and placement group."""
+        if self.state.stage in (JobStage.STOPPING, JobStage.STOPPED):
+            return
+        self.transition(JobStage.STOPPING, reason, exit_code)
+        self._finish_stopping()
+
+    def _finish_stopping(self) -> None:
+        try:
+            live = [n for n, a in self.state.actors.items() if not a.stage.is_terminal]
+            self.scheduler.stop(live)
+        finally:
+            self.scheduler.cleanup()
+        self.transition(JobStage.STOPPED)

@@ -1,0 +1,175 @@
+"""The PrimeManager's state: one versioned, typed document per job.
+
+Everything recovery needs is here, so a reconstructed PrimeMaster can carry on from the store.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
+
+SCHEMA_VERSION = 1
+MAX_EVENTS = 500
+
+
+class ActorStage(StrEnum):
+    """Worker lifecycle of the architecture seed."""
+
+    INIT = "INIT"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    FINISH = "FINISH"
+    FAILED = "FAILED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ActorStage.FINISH, ActorStage.FAILED)
+
+
+class ActorRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    role: str
+    rank: int
+    stage: ActorStage = ActorStage.INIT
+    node_id: str | None = None
+    restart_count: int = 0
+    total_failures: int = 0
+    error: str | None = None
+
+
+class RoleRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    restart_count: int = 0
+    failover_in_progress: bool = False
+
+
+class ChannelRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str  # "channel" or "shards"
+    actor_name: str
+
+
+def _now() -> float:
+    return time.time()
+
+
+class JobState(BaseModel):
+    """The whole persisted state of one job run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    spec: JobSpec
+    stage: JobStage = JobStage.INIT
+    exit_code: int | None = None
+    reason: str = ""
+    roles: dict[str, RoleRecord] = Field(default_factory=dict[str, RoleRecord])
+    actors: dict[str, ActorRecord] = Field(default_factory=dict[str, ActorRecord])
+    job_restart_count: int = 0
+    global_restart_count: int = 0
+    master_restart_count: int = 0
+    removed_nodes: list[str] = Field(default_factory=list[str])
+    node_restart_count: int = 0
+    node_failures: dict[str, int] = Field(default_factory=dict[str, int])
+    failover_in_progress: bool = False
+    channels: dict[str, ChannelRecord] = Field(default_factory=dict[str, ChannelRecord])
+    events: list[JobEvent] = Field(default_factory=list[JobEvent])
+    created_at: float = Field(default_factory=_now)
+    updated_at: float = Field(default_factory=_now)
+
+    @property
+    def job(self) -> str:
+        return self.spec.name
+
+    def record(
+        self,
+        kind: str,
+        message: str,
+        *,
+        role: str | None = None,
+        actor: str | None = None,
+        node_id: str | None = None,
+        at: float | None = None,
+    ) -> JobEvent:
+        """Append an event to the bounded timeline."""
+        event = JobEvent(
+            time=_now() if at is None else at,
+            kind=kind,
+            message=message,
+            role=role,
+            actor=actor,
+            node_id=node_id,
+        )
+        self.events.append(event)
+        if len(self.events) > MAX_EVENTS:
+            del self.events[: len(self.events) - MAX_EVENTS]
+        return event
+
+    def to_status(self, events: int = 50) -> JobStatus:
+        roles: list[RoleStatus] = []
+        for spec_role in self.spec.roles:
+            record = self.roles.get(spec_role.name)
+            actors = [
+                ActorStatus(
+                    name=a.name,
+                    role=a.role,
+                    rank=a.rank,
+                    stage=a.stage.value,
+                    node_id=a.node_id,
+                    restart_count=a.restart_count,
+                )
+                for a in self.actors.values()
+                if a.role == spec_role.name
+            ]
+            roles.append(
+                RoleStatus(
+                    name=spec_role.name,
+                    kind=spec_role.kind.value,
+                    restart_count=record.restart_count if record else 0,
+                    actors=sorted(actors, key=lambda a: a.rank),
+                )
+            )
+        return JobStatus(
+            name=self.job,
+            stage=self.stage,
+            exit_code=self.exit_code,
+            reason=self.reason,
+            job_restart_count=self.job_restart_count,
+            roles=roles,
+            events=self.events[-events:] if events else [],
+        )
+
+    def dumps(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def loads(cls, data: bytes) -> JobState:
+        """Parse a stored document.
+
+        Raises:
+            ValueError: written by an unknown schema version, or not a state document.
+        """
+        raw: Any = json.loads(data)
+        document: dict[str, Any] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+        version = document.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"stored job state has schema version {version!r}; this dlu-prime reads version "
+                f"{SCHEMA_VERSION}. Finish the job with the dlu-prime that started it, or delete its state."
+            )
+        return cls.model_validate(raw)

@@ -1,0 +1,90 @@
+"""`current_worker()`: who this process is inside a DLU job. Set once by the worker actor."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlu_api.status import JobEvent
+
+
+@dataclass
+class Health:
+    """What the worker reports about itself; read by the PrimeMaster when it polls."""
+
+    last_heartbeat: float = field(default_factory=time.time)
+    step: int = 0
+    metric: float | None = None
+    errors: list[JobEvent] = field(default_factory=list[JobEvent])
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def beat(self, step: int | None, metric: float | None) -> None:
+        with self.lock:
+            self.last_heartbeat = time.time()
+            if step is not None:
+                self.step = step
+            if metric is not None:
+                self.metric = metric
+
+    def report(self, message: str) -> None:
+        with self.lock:
+            self.errors.append(JobEvent(time=time.time(), kind="error_report", message=message))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "last_heartbeat": self.last_heartbeat,
+                "step": self.step,
+                "metric": self.metric,
+                "errors": [e.model_dump() for e in self.errors],
+            }
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Identity and config of the worker this code runs in."""
+
+    job: str
+    role: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    actor_name: str
+    config: dict[str, Any]
+    health: Health = field(default_factory=Health, compare=False, repr=False)
+    role_sizes: dict[str, int] = field(default_factory=dict[str, int])
+
+
+_current: WorkerContext | None = None
+
+
+def set_current_worker(context: WorkerContext | None) -> None:
+    global _current
+    _current = context
+
+
+def current_worker() -> WorkerContext:
+    """The worker this code runs in.
+
+    Raises:
+        RuntimeError: called outside a DLU worker.
+    """
+    if _current is None:
+        raise RuntimeError("current_worker() is only available inside a DLU worker actor")
+    return _current
+
+
+def heartbeat(step: int | None = None, metric: float | None = None) -> None:
+    """Tell the PrimeMaster this worker is alive and, optionally, at which training step."""
+    if _current is not None:
+        _current.health.beat(step, metric)
+
+
+def report_error(message: str) -> None:
+    """Report a failure the worker noticed itself; the PrimeMaster acts on it at its next poll."""
+    if _current is not None:
+        _current.health.report(message)

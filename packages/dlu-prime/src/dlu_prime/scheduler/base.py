@@ -1,0 +1,96 @@
+"""What the PrimeManager needs from a scheduler. The Ray one does I/O; tests use a fake."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlu_prime.master.state import ActorStage
+
+
+class SchedulingError(Exception):
+    """Placement or actor creation failed; the message says what the cluster lacks."""
+
+
+class ActorSetupError(Exception):
+    """An actor failed its self check (setup); carries the actor's name and the error."""
+
+    def __init__(self, actor: str, error: str) -> None:
+        self.actor = actor
+        self.error = error
+        super().__init__(f"{actor} failed its self check: {error}")
+
+
+@dataclass(frozen=True)
+class ActorObservation:
+    """One poll of one actor. `stage is None` means the actor is gone (dead or unreachable)."""
+
+    stage: ActorStage | None
+    error: str | None = None
+    node_id: str | None = None
+    last_heartbeat: float | None = None
+    step: int = 0
+    reported_errors: tuple[str, ...] = field(default=())
+    reconstructed: bool = False
+
+    @staticmethod
+    def gone(error: str) -> ActorObservation:
+        return ActorObservation(stage=None, error=error)
+
+    @staticmethod
+    def from_status(status: dict[str, Any]) -> ActorObservation:
+        return ActorObservation(
+            stage=ActorStage(status["stage"]),
+            error=status.get("error"),
+            node_id=status.get("node_id"),
+            last_heartbeat=status.get("last_heartbeat"),
+            step=int(status.get("step") or 0),
+            reported_errors=tuple(e["message"] for e in status.get("errors") or ()),
+            reconstructed=bool(status.get("reconstructed")),
+        )
+
+
+class Scheduler(ABC):
+    """Creates, drives and removes a job's placement groups and actors."""
+
+    @abstractmethod
+    def prepare(self) -> dict[str, str | None]:
+        """Create (or adopt, by name) placement groups and actors; return actor -> node id.
+
+        Raises:
+            SchedulingError: the cluster cannot hold the job.
+        """
+
+    @abstractmethod
+    def setup(self, names: Sequence[str]) -> None:
+        """Run every actor's self check with its device env.
+
+        Raises:
+            ActorSetupError: the first actor that failed.
+        """
+
+    @abstractmethod
+    def check_children(self, names: Sequence[str]) -> None:
+        """Run `check_child` on SubMasters.
+
+        Raises:
+            ActorSetupError: a SubMaster's check failed.
+        """
+
+    @abstractmethod
+    def start(self, names: Sequence[str]) -> None:
+        """Call `start` on these actors."""
+
+    @abstractmethod
+    def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
+        """Status of each actor; never raises for a dead actor (it is reported gone)."""
+
+    @abstractmethod
+    def stop(self, names: Sequence[str]) -> None:
+        """Ask actors to stop, best effort."""
+
+    @abstractmethod
+    def cleanup(self) -> None:
+        """Remove every actor and placement group of the job except the PrimeMaster."""

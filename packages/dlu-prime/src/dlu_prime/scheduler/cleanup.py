@@ -1,0 +1,59 @@
+"""Removing what a job left on Ray, found by its name prefix, whatever state the job is in."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dlu_prime.naming import NAMESPACE, job_prefix, master_name
+
+logger = logging.getLogger(__name__)
+
+
+def job_actor_names(job: str) -> list[str]:
+    """Named actors of the job that are alive (or restarting) in the dlu namespace."""
+    import ray
+
+    prefix = job_prefix(job)
+    found: list[dict[str, str]] = ray.util.list_named_actors(all_namespaces=True)  # pyright: ignore[reportAssignmentType]
+    return sorted(a["name"] for a in found if a["namespace"] == NAMESPACE and a["name"].startswith(prefix))
+
+
+def job_placement_groups(job: str) -> list[tuple[str, str]]:
+    """(placement group id hex, name) of the job's placement groups that are not removed."""
+    from ray.util import placement_group_table
+
+    prefix = job_prefix(job)
+    table: dict[str, dict[str, Any]] = placement_group_table()  # pyright: ignore[reportAssignmentType]
+    return sorted(
+        (pg_id, str(info.get("name", "")))
+        for pg_id, info in table.items()
+        if str(info.get("name", "")).startswith(prefix) and info.get("state") != "REMOVED"
+    )
+
+
+def remove_job_resources(job: str, *, include_master: bool) -> int:
+    """Kill the job's actors and remove its placement groups; returns how many were removed."""
+    import ray
+    from ray._raylet import PlacementGroupID  # pyright: ignore[reportPrivateImportUsage]
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    removed = 0
+    master = master_name(job)
+    for name in job_actor_names(job):
+        if name == master and not include_master:
+            continue
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+            removed += 1
+        except ValueError:
+            pass  # already gone
+    for pg_id, name in job_placement_groups(job):
+        try:
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+            removed += 1
+        except Exception:
+            logger.warning("could not remove placement group %s of job %s", name, job, exc_info=True)
+    if removed:
+        logger.info("removed %d actor(s) and placement group(s) of job %s", removed, job)
+    return removed

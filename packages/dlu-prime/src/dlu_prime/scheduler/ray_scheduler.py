@@ -1,0 +1,238 @@
+"""The Ray side of scheduling: detached, named placement groups and actors for one job.
+
+Everything is created under names from `dlu_prime.naming`, with `get_if_exists`, so a
+restarted PrimeMaster adopts what is already there instead of creating duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from dlu_api.spec.models import JobSpec, RoleSpec
+from dlu_prime.naming import NAMESPACE
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
+from dlu_prime.scheduler.cleanup import remove_job_resources
+from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
+from dlu_prime.scheduler.placement import ActorPlan, PlacementPlan, plan_placement
+from dlu_prime.worker.actor import WorkerActor, WorkerInfo
+
+logger = logging.getLogger(__name__)
+
+ActorClassFor = Callable[[RoleSpec], type]
+
+RPC_CONCURRENCY = 64
+
+
+def default_actor_class(role: RoleSpec) -> type:
+    """The actor class of a role. Elastic roles get theirs from dlu-elastic when installed."""
+    del role
+    return WorkerActor
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, RayTaskError):
+        return str(exc.cause) if exc.cause is not None else str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class RayScheduler(Scheduler):
+    def __init__(
+        self,
+        spec: JobSpec,
+        *,
+        workdir: str | None = None,
+        actor_class_for: ActorClassFor = default_actor_class,
+        placement_timeout_s: float = 60.0,
+        call_timeout_s: float = 120.0,
+    ) -> None:
+        self.spec = spec
+        self.plan: PlacementPlan = plan_placement(spec)
+        self.workdir = workdir
+        self._actor_class_for = actor_class_for
+        self._placement_timeout = placement_timeout_s
+        self._call_timeout = call_timeout_s
+        self._groups: dict[str, PlacementGroup] = {}
+        self._handles: dict[str, Any] = {}
+        self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
+        self._gpu_ids: dict[str, list[str]] = {}
+
+    # placement -------------------------------------------------------------------------------
+    def _placement_group(self, group_name: str) -> PlacementGroup:
+        if group_name in self._groups:
+            return self._groups[group_name]
+        group = next(g for g in self.plan.groups if g.name == group_name)
+        try:
+            pg = get_placement_group(group.pg_name)
+            logger.info("adopted placement group %s", group.pg_name)
+        except ValueError:
+            pg = placement_group(
+                [dict(b.resources) for b in group.bundles],
+                strategy=group.strategy,
+                name=group.pg_name,
+                lifetime="detached",
+            )
+        self._groups[group_name] = pg
+        return pg
+
+    def _wait_placement(self) -> None:
+        pending = {g.name: self._placement_group(g.name) for g in self.plan.groups}
+        ready_refs = {name: pg.ready() for name, pg in pending.items()}
+        deadline = time.monotonic() + self._placement_timeout
+        for name, ref in ready_refs.items():
+            try:
+                ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+            except GetTimeoutError:
+                group = next(g for g in self.plan.groups if g.name == name)
+                need = [dict(b.resources) for b in group.bundles]
+                raise SchedulingError(
+                    f"placement group {group.pg_name} (roles {', '.join(group.roles)}) could not be placed "
+                    f"in {self._placement_timeout:.0f}s with strategy {group.strategy}; it needs bundles "
+                    f"{need} and the cluster has {ray.available_resources()} available"
+                ) from None
+
+    # actors ----------------------------------------------------------------------------------
+    def _info(self, plan: ActorPlan) -> WorkerInfo:
+        role = self.spec.role(plan.role)
+        env = {**self.spec.env, **role.env, **self._identity_env(plan)}
+        return WorkerInfo(
+            job=self.spec.name,
+            role=plan.role,
+            rank=plan.rank,
+            world_size=plan.world_size,
+            local_rank=plan.local_rank,
+            local_world_size=plan.local_world_size,
+            node_rank=plan.node_rank,
+            actor_name=plan.name,
+            entrypoint=role.entrypoint,
+            env=env,
+            config=dict(self.spec.config),
+            workdir=self.workdir,
+            role_sizes={r.name: r.total for r in self.spec.roles},
+        )
+
+    def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
+        return {
+            "DLU_JOB": self.spec.name,
+            "DLU_ROLE": plan.role,
+            "DLU_ACTOR": plan.name,
+            "ROLE_RANK": str(plan.rank),
+            "ROLE_WORLD_SIZE": str(plan.world_size),
+            "LOCAL_RANK": str(plan.local_rank),
+            "LOCAL_WORLD_SIZE": str(plan.local_world_size),
+            "GROUP_RANK": str(plan.node_rank),
+            "NODE_RANK": str(plan.node_rank),
+        }
+
+    def _create_actor(self, plan: ActorPlan) -> Any:
+        role = self.spec.role(plan.role)
+        env_vars = {NOSET_ENV_VAR: "1"} if ray_noset_visible_devices(role) else {}
+        actor_class = ray.remote(self._actor_class_for(role))
+        options: dict[str, Any] = {
+            **plan.options,
+            "name": plan.name,
+            "namespace": NAMESPACE,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "max_restarts": 0,
+            "max_concurrency": RPC_CONCURRENCY,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=self._placement_group(plan.group),
+                placement_group_bundle_index=plan.bundle_index,
+            ),
+        }
+        if env_vars:
+            options["runtime_env"] = {"env_vars": env_vars}
+        return actor_class.options(**options).remote(self._info(plan))  # pyright: ignore[reportUnknownMemberType]
+
+    def handle(self, name: str) -> Any:
+        if name not in self._handles:
+            self._handles[name] = ray.get_actor(name, namespace=NAMESPACE)
+        return self._handles[name]
+
+    def prepare(self) -> dict[str, str | None]:
+        self._wait_placement()
+        for plan in self.plan.actors:
+            self._handles[plan.name] = self._create_actor(plan)
+        names = [a.name for a in self.plan.actors]
+        identities = self._call_all(names, "identity")
+        self._gpu_ids = {name: list(identities[name]["gpu_ids"]) for name in names}
+        return {name: identities[name]["node_id"] for name in names}
+
+    def _call_all(self, names: Sequence[str], method: str, *args: Any) -> dict[str, Any]:
+        """Call a method on many actors at once; the first failure raises ActorSetupError."""
+        refs = {name: getattr(self.handle(name), method).remote(*args) for name in names}
+        results: dict[str, Any] = {}
+        for name, ref in refs.items():
+            try:
+                results[name] = ray.get(ref, timeout=self._call_timeout)
+            except (RayError, GetTimeoutError) as exc:
+                raise ActorSetupError(name, _error_text(exc)) from None
+        return results
+
+    def _device_env(self, plan: ActorPlan) -> dict[str, str]:
+        role = self.spec.role(plan.role)
+        bundle_mates = [a for a in self.plan.actors if a.role == plan.role and a.node_rank == plan.node_rank]
+        group_ids = [self._gpu_ids.get(a.name, []) for a in sorted(bundle_mates, key=lambda a: a.local_rank)]
+        env = device_env(
+            role,
+            plan.local_rank,
+            self.spec.device_type.value,
+            self.spec.device_per_node,
+            group_ids if all(name in self._gpu_ids for name in (a.name for a in bundle_mates)) else None,
+        )
+        return env.env()
+
+    def setup(self, names: Sequence[str]) -> None:
+        refs = {name: self.handle(name).setup.remote(self._device_env(self._by_name[name])) for name in names}
+        for name, ref in refs.items():
+            try:
+                ray.get(ref, timeout=self._call_timeout)
+            except (RayError, GetTimeoutError) as exc:
+                raise ActorSetupError(name, _error_text(exc)) from None
+
+    def check_children(self, names: Sequence[str]) -> None:
+        self._call_all(names, "check_child")
+
+    def start(self, names: Sequence[str]) -> None:
+        self._call_all(names, "start")
+
+    def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
+        refs: dict[str, Any] = {}
+        out: dict[str, ActorObservation] = {}
+        for name in names:
+            try:
+                refs[name] = self.handle(name).status.remote()
+            except ValueError:
+                out[name] = ActorObservation.gone(f"actor {name} no longer exists")
+        for name, ref in refs.items():
+            try:
+                out[name] = ActorObservation.from_status(ray.get(ref, timeout=self._call_timeout))
+            except RayActorError as exc:
+                self._handles.pop(name, None)
+                out[name] = ActorObservation.gone(f"actor {name} died: {_error_text(exc)}")
+            except (RayError, GetTimeoutError) as exc:
+                out[name] = ActorObservation.gone(f"actor {name} did not answer: {_error_text(exc)}")
+        return out
+
+    def stop(self, names: Sequence[str]) -> None:
+        refs: list[Any] = []
+        for name in names:
+            try:
+                refs.append(self.handle(name).stop.remote())
+            except ValueError:
+                continue
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=5.0)
+
+    def cleanup(self) -> None:
+        self._handles.clear()
+        self._groups.clear()
+        remove_job_resources(self.spec.name, include_master=False)

@@ -1,0 +1,1 @@
+"""The worker actor and the loading of user entrypoints."""

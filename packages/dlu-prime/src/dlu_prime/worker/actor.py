@@ -1,0 +1,174 @@
+"""The generic worker actor: the seed's lifecycle hooks around a user entrypoint.
+
+INIT (constructed) -> READY (setup: env set, entrypoint imported) -> RUNNING (start) ->
+FINISH / FAILED. The PrimeMaster polls `status()`; user code runs in its own thread so the
+actor keeps answering status and RPC calls while it works.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlu_prime.master.state import ActorStage
+from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
+from dlu_prime.worker.entrypoint import LoadedEntrypoint, Outcome, Result, prepend_sys_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Everything a worker needs to know about itself; sent once at creation."""
+
+    job: str
+    role: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    actor_name: str
+    entrypoint: str
+    env: dict[str, str] = field(default_factory=dict[str, str])
+    config: dict[str, Any] = field(default_factory=dict[str, Any])
+    workdir: str | None = None
+    role_sizes: dict[str, int] = field(default_factory=dict[str, int])
+
+
+def _ray_identity() -> tuple[str | None, list[str], bool]:
+    """(node id, assigned GPU ids, reconstructed by Ray) of this actor."""
+    import ray
+
+    context = ray.get_runtime_context()
+    node_id: str | None = context.get_node_id()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    return node_id, gpu_ids, was_reconstructed()
+
+
+def was_reconstructed() -> bool:
+    """Whether Ray restarted this actor (its property warns about an internal deprecation)."""
+    import warnings
+
+    import ray
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+class WorkerActor:
+    """Base of every DLU actor; SubMasters subclass it and override `check_child`."""
+
+    def __init__(self, info: WorkerInfo) -> None:
+        self.info = info
+        self.stage = ActorStage.INIT
+        self.result: Result | None = None
+        self.health = Health()
+        self.entry: LoadedEntrypoint | None = None
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.node_id, self.gpu_ids, self.reconstructed = _ray_identity()
+        os.environ.update(info.env)
+        prepend_sys_path(info.workdir)
+        if info.workdir and os.path.isdir(info.workdir):
+            os.chdir(info.workdir)
+        set_current_worker(
+            WorkerContext(
+                job=info.job,
+                role=info.role,
+                rank=info.rank,
+                world_size=info.world_size,
+                local_rank=info.local_rank,
+                local_world_size=info.local_world_size,
+                node_rank=info.node_rank,
+                actor_name=info.actor_name,
+                config=info.config,
+                health=self.health,
+                role_sizes=info.role_sizes,
+            )
+        )
+
+    # lifecycle hooks -------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """Node and GPUs Ray gave this actor; the scheduler needs them to set device env."""
+        return {"node_id": self.node_id, "gpu_ids": self.gpu_ids, "reconstructed": self.reconstructed}
+
+    def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Self check: apply the device env and import the entrypoint. Raises if it cannot run."""
+        if env:
+            os.environ.update(env)
+        self.entry = self.load_entrypoint()
+        self.stage = ActorStage.READY
+        return self.identity()
+
+    def load_entrypoint(self) -> LoadedEntrypoint:
+        return LoadedEntrypoint(self.info.entrypoint, self.info.workdir)
+
+    def check_child(self) -> None:
+        """SubMasters check their workers here (e.g. a node check); plain workers have none."""
+
+    def start(self) -> None:
+        if self.stage is ActorStage.RUNNING:
+            return
+        if self.entry is None:
+            raise RuntimeError(f"{self.info.actor_name}: start() before setup()")
+        self.stage = ActorStage.RUNNING
+        self.started_at = time.time()
+        self.health.beat(None, None)
+        if self.entry.is_service:
+            return  # answers RPCs until stopped
+        self._thread = threading.Thread(target=self._main, name=f"dlu-{self.info.actor_name}", daemon=True)
+        self._thread.start()
+
+    def recover_running(self) -> None:
+        """After a SubMaster restart: get back to RUNNING without disturbing healthy workers."""
+        self.start()
+
+    def _main(self) -> None:
+        assert self.entry is not None
+        result = self.entry.run()
+        self.finished_at = time.time()
+        self.result = result
+        self.stage = ActorStage.FINISH if result.outcome is Outcome.SUCCESS else ActorStage.FAILED
+        if result.error:
+            logger.error("%s failed:\n%s", self.info.actor_name, result.error)
+
+    def stop(self) -> None:
+        """Ask user code to stop (cooperative); the scheduler kills the actor afterwards."""
+        self._stop.set()
+        stop_hook = getattr(self.entry.instance, "stop", None) if self.entry else None
+        if callable(stop_hook):
+            try:
+                stop_hook()
+            except Exception:
+                logger.exception("%s: user stop() raised", self.info.actor_name)
+
+    def status(self) -> dict[str, Any]:
+        """Snapshot polled by the PrimeMaster."""
+        return {
+            "stage": self.stage.value,
+            "error": self.result.error if self.result else None,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "node_id": self.node_id,
+            "reconstructed": self.reconstructed,
+            **self.health.snapshot(),
+        }
+
+    # RPC -------------------------------------------------------------------------------------
+    def call_rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Dispatch a call from a role group to an `@rpc` method of the user's class."""
+        from dlu_prime.runtime.rpc import find_rpc_method
+
+        if self.entry is None or self.entry.instance is None:
+            raise RuntimeError(
+                f"{self.info.actor_name} runs {self.info.entrypoint!r}, which is not a class with @rpc methods"
+            )
+        return find_rpc_method(self.entry.instance, method)(*args, **kwargs)
