@@ -111,7 +111,13 @@ def test_case_a_two_groups_share_a_node_on_different_gpus() -> None:
         assert [e.cuda_visible_devices for e in result] == [expected] * 4
         assert [e.set_by for e in result] == ["manual"] * 4
         assert [e.env() for e in result] == [
-            {"LOCAL_RANK": str(i), "CUDA_VISIBLE_DEVICES": expected} for i in range(4)
+            {
+                "LOCAL_RANK": str(i),
+                "CUDA_VISIBLE_DEVICES": expected,
+                "DLU_DEVICE": f"cuda:{i}",
+                "DLU_DEVICES": f"cuda:{i}",
+            }
+            for i in range(4)
         ]
         assert [e.devices for e in result] == [cuda(i) for i in range(4)]
         assert all(e.ray_noset_visible_devices for e in result)
@@ -155,7 +161,11 @@ def test_no_gpu_means_cpu_device(spec_data: dict[str, Any]) -> None:
     for actor in plan_placement(spec).actors_of("r"):
         result = device_env(spec.role("r"), actor.local_rank, spec.device_type, spec.device_per_node, None)
         assert result == type(result)(None, "none", actor.local_rank, ("cpu",))
-        assert result.env() == {"LOCAL_RANK": str(actor.local_rank)}
+        assert result.env() == {
+            "LOCAL_RANK": str(actor.local_rank),
+            "DLU_DEVICE": "cpu",
+            "DLU_DEVICES": "cpu",
+        }
         assert not result.ray_noset_visible_devices
     assert not ray_noset_visible_devices(spec.role("r"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,16 @@ class WorkerContext:
     config: dict[str, Any]
     health: Health = field(default_factory=Health, compare=False, repr=False)
     role_sizes: dict[str, int] = field(default_factory=dict[str, int])
+
+    @property
+    def device(self) -> str:
+        """The torch device this worker should use ("cuda:0", "cuda:3", "cpu"), per the GPU table."""
+        return os.environ.get("DLU_DEVICE", "cpu")
+
+    @property
+    def devices(self) -> list[str]:
+        """Every torch device of this worker (several when it holds several GPUs)."""
+        return [d for d in os.environ.get("DLU_DEVICES", self.device).split(",") if d]
 
 
 _current: WorkerContext | None = None

@@ -51,8 +51,13 @@ class DeviceEnv:
         return self.set_by in ("manual", "not_set")
 
     def env(self) -> dict[str, str]:
-        """Env vars to set in the actor: LOCAL_RANK always, CUDA_VISIBLE_DEVICES when manual."""
-        out = {"LOCAL_RANK": str(self.local_rank)}
+        """Env vars to set in the actor: LOCAL_RANK and the torch devices (DLU_DEVICE, DLU_DEVICES)
+        always, CUDA_VISIBLE_DEVICES when manual."""
+        out = {
+            "LOCAL_RANK": str(self.local_rank),
+            "DLU_DEVICE": self.devices[0] if self.devices else "cpu",
+            "DLU_DEVICES": ",".join(self.devices),
+        }
         if self.set_by == "manual" and self.cuda_visible_devices is not None:
             out["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         return out

@@ -1,0 +1,50 @@
+"""Entrypoints the integration tests run inside real worker actors (imported by module name)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from dlu_prime.runtime import current_worker, heartbeat
+
+
+def quick() -> None:
+    heartbeat(1)
+
+
+def fail() -> None:
+    raise RuntimeError("boom from the test workload")
+
+
+def exit_nonzero() -> None:
+    raise SystemExit(3)
+
+
+def forever() -> None:
+    step = 0
+    while True:
+        time.sleep(0.05)
+        step += 1
+        heartbeat(step)
+
+
+def record_env() -> None:
+    """Write what the GPU table decides (env and torch-style devices) to a file per actor."""
+    worker = current_worker()
+    out = Path(worker.config["out_dir"]) / f"{worker.actor_name}.json"
+    import ray
+
+    out.write_text(
+        json.dumps(
+            {
+                "role": worker.role,
+                "rank": worker.rank,
+                "local_rank": os.environ.get("LOCAL_RANK"),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "ray_gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "dlu_devices": os.environ.get("DLU_DEVICES"),
+            }
+        )
+    )
