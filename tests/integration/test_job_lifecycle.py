@@ -198,3 +198,41 @@ def test_gpu_demand_above_cluster_is_rejected(ray_session: Any) -> None:
         launcher.submit_job(spec, WORKDIR)
     assert any("GPU" in p.message for p in caught.value.problems)
     assert leftovers("life-gpus") == ([], [])
+
+
+def test_custom_role_is_driven_by_its_sub_master(ray_session: Any) -> None:
+    spec = make_spec(
+        "life-custom",
+        role("crew", "workloads:quick", total=3, kind="custom", sub_master="workloads:ReverseStartSubMaster"),
+    )
+    status = run(spec)
+    assert status.exit_code == 0, status.reason
+    actors = status.roles[0].actors
+    assert [a.rank for a in actors] == [-1, 0, 1, 2]
+    assert actors[0].name == "life-custom.crew.submaster"
+    assert [a.stage for a in actors[1:]] == ["FINISH"] * 3
+    assert_nothing_left("life-custom")
+
+
+def test_bad_sub_master_fails_the_self_check(ray_session: Any) -> None:
+    spec = make_spec(
+        "life-badsub", role("crew", "workloads:quick", kind="custom", sub_master="workloads:NotASubMaster")
+    )
+    status = run(spec)
+    assert status.exit_code == 1
+    assert "not a subclass of dlu_prime.SubMaster" in status.reason
+    assert_nothing_left("life-badsub")
+
+
+def test_elastic_role_without_dlu_elastic_is_rejected_up_front(ray_session: Any) -> None:
+    from dlu_prime import launcher
+
+    spec = make_spec("life-elastic", role("trainer", "workloads:quick", kind="elastic", total=1))
+    try:
+        import dlu_elastic.master  # noqa: F401  # pyright: ignore[reportMissingImports]
+    except ImportError:
+        with pytest.raises(SpecError) as caught:
+            launcher.submit_job(spec, WORKDIR)
+        assert any("dlu-elastic" in p.fix for p in caught.value.problems)
+    else:
+        pytest.skip("dlu-elastic provides the ElasticMaster here")

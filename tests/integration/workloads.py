@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from dlu_prime.runtime import current_worker, heartbeat
+from dlu_prime.worker.submaster import SubMaster
 
 
 def quick() -> None:
@@ -48,3 +49,21 @@ def record_env() -> None:
             }
         )
     )
+
+
+class ReverseStartSubMaster(SubMaster):
+    """A custom SubMaster: checks its workers, then starts them from the last rank down."""
+
+    def check_child(self) -> None:
+        super().check_child()
+        self.checked = True
+
+    def start(self) -> None:
+        import ray
+
+        for worker in reversed(self.workers):
+            ray.get(worker.start.remote())
+
+
+class NotASubMaster:
+    pass

@@ -19,7 +19,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from dlu_api.errors import DLUError, Problem, SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
-from dlu_api.spec.models import JobSpec
+from dlu_api.spec.models import JobSpec, RoleKind
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.spec.torchrun import parse_torchrun
 from dlu_api.status import JobStage, JobStatus
@@ -29,6 +29,7 @@ from dlu_prime.naming import NAMESPACE, master_name
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.placement import master_options, plan_placement
 from dlu_prime.state.base import StateStoreError, create_state_store
+from dlu_prime.worker.submaster import sub_master_path
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,13 @@ def _resource_problems(spec: JobSpec) -> list[Problem]:
     return problems
 
 
+def _module_found(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _entrypoint_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
     """Entrypoints that cannot be found from here (modules by spec, scripts by path)."""
     problems: list[Problem] = []
@@ -103,11 +111,7 @@ def _entrypoint_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
             field = f"roles[{role.name}].entrypoint"
             if entry.kind in (EntrypointKind.OBJECT, EntrypointKind.MODULE):
                 module = entry.module if entry.kind is EntrypointKind.OBJECT else entry.target
-                try:
-                    found = importlib.util.find_spec(module) is not None
-                except (ImportError, ValueError):
-                    found = False
-                if not found:
+                if not _module_found(module):
                     problems.append(
                         Problem(
                             field,
@@ -115,7 +119,23 @@ def _entrypoint_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
                             "check the spelling, install the package, or run from the directory that holds it.",
                         )
                     )
-            elif entry.kind is EntrypointKind.SCRIPT:
+            sub_master = sub_master_path(role)
+            if sub_master is not None and not _module_found(sub_master.partition(":")[0]):
+                fix = (
+                    "install dlu-elastic where the job runs (`pip install dlu-elastic`)."
+                    if role.kind is RoleKind.ELASTIC
+                    else "check the module path of sub_master."
+                )
+                problems.append(
+                    Problem(
+                        f"roles[{role.name}].sub_master"
+                        if role.kind is RoleKind.CUSTOM
+                        else f"roles[{role.name}].kind",
+                        f"the SubMaster {sub_master!r} cannot be imported.",
+                        fix,
+                    )
+                )
+            if entry.kind is EntrypointKind.SCRIPT:
                 path = Path(entry.target)
                 if not path.is_absolute() and workdir:
                     path = Path(workdir) / path

@@ -15,6 +15,10 @@ def actor_name(job: str, role: str, rank: int) -> str:
     return f"{job}{SEP}{role}{SEP}{rank}"
 
 
+def sub_master_name(job: str, role: str) -> str:
+    return f"{job}{SEP}{role}{SEP}submaster"
+
+
 def placement_group_name(job: str, group: str) -> str:
     return f"{job}{SEP}pg{SEP}{group}"
 

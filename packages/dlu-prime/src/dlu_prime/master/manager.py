@@ -16,10 +16,19 @@ from collections.abc import Callable
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.master.monitor import Assessment, assess, failure_reason, track_steps
-from dlu_prime.master.state import ActorRecord, ActorStage, ChannelRecord, JobState, RoleRecord
+from dlu_prime.master.state import (
+    SUB_MASTER_RANK,
+    ActorRecord,
+    ActorStage,
+    ChannelRecord,
+    JobState,
+    RoleRecord,
+)
+from dlu_prime.naming import sub_master_name
 from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.placement import plan_placement
 from dlu_prime.state.base import StateConflictError, StateStore
+from dlu_prime.worker.submaster import sub_master_path
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +62,21 @@ def new_state(spec: JobSpec) -> JobState:
         state.roles[role.name] = RoleRecord(name=role.name)
     for plan in plan_placement(spec).actors:
         state.actors[plan.name] = ActorRecord(name=plan.name, role=plan.role, rank=plan.rank)
+    for role in spec.roles:
+        if sub_master_path(role) is not None:
+            name = sub_master_name(spec.name, role.name)
+            state.actors[name] = ActorRecord(name=name, role=role.name, rank=SUB_MASTER_RANK)
     return state
+
+
+def sub_masters(state: JobState) -> list[str]:
+    return [n for n, a in state.actors.items() if a.rank == SUB_MASTER_RANK]
+
+
+def start_targets(state: JobState) -> list[str]:
+    """Who the PrimeManager starts: SubMasters, and the workers of roles without one."""
+    driven = {a.role for a in state.actors.values() if a.rank == SUB_MASTER_RANK}
+    return [n for n, a in state.actors.items() if a.rank == SUB_MASTER_RANK or a.role not in driven]
 
 
 class PrimeManager:
@@ -83,7 +106,9 @@ class PrimeManager:
         so a resubmitted job never picks up a finished job's results."""
         existing = store.get(spec.name)
         manager = cls(new_state(spec), scheduler, store, existing.token if existing else None, clock)
-        manager.state.record("job_created", f"job {spec.name} created (run {manager.state.run_id[:8]})")
+        manager.state.record(
+            "job_created", f"job {spec.name} created (run {manager.state.run_id[:8]})", at=clock()
+        )
         manager.save()
         return manager
 
@@ -179,7 +204,7 @@ class PrimeManager:
                 self.finish(EXIT_STOPPED, self._stop_request)
                 return
             self.scheduler.setup(names)
-            self.scheduler.check_children(names)
+            self.scheduler.check_children(sub_masters(self.state))
         except SchedulingError as exc:
             self.finish(EXIT_FAILED, f"cannot schedule the job: {exc}")
             return
@@ -202,7 +227,7 @@ class PrimeManager:
             self.finish(EXIT_STOPPED, self._stop_request)
             return
         self.transition(JobStage.RUNNING, "job started")
-        self.scheduler.start(self._actor_names())
+        self.scheduler.start(start_targets(self.state))
 
     def monitor_once(self) -> Assessment:
         """One pass: poll, judge (pure), apply. Ends the job on failure or when drivers finish."""
@@ -258,9 +283,18 @@ class PrimeManager:
         self._finish_stopping()
 
     def _finish_stopping(self) -> None:
-        try:
-            live = [n for n, a in self.state.actors.items() if not a.stage.is_terminal]
-            self.scheduler.stop(live)
-        finally:
-            self.scheduler.cleanup()
+        """Stop, clean up, then STOPPED even if a step failed: a job left in STOPPING would keep
+        its driver waiting forever. A failed step is recorded on the timeline."""
+        live = [n for n, a in self.state.actors.items() if not a.stage.is_terminal]
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("stop", lambda: self.scheduler.stop(live)),
+            ("cleanup", self.scheduler.cleanup),
+        ]
+        for step, call in steps:
+            try:
+                call()
+            except Exception as exc:
+                logger.exception("job %s: %s failed", self.state.job, step)
+                with self._lock:
+                    self.state.record(f"{step}_failed", f"{type(exc).__name__}: {exc}", at=self.clock())
         self.transition(JobStage.STOPPED)

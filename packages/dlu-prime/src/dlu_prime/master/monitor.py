@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 
@@ -100,7 +100,11 @@ def assess(
 
     finished_roles: list[str] = []
     for role in state.spec.roles:
-        stages = [stage_changes.get(a.name, a.stage) for a in state.actors.values() if a.role == role.name]
+        stages = [
+            stage_changes.get(a.name, a.stage)
+            for a in state.actors.values()
+            if a.role == role.name and a.rank != SUB_MASTER_RANK
+        ]
         if stages and all(s is ActorStage.FINISH for s in stages):
             finished_roles.append(role.name)
     drivers = [r.name for r in state.spec.roles if r.is_driver]

@@ -17,6 +17,7 @@ from dlu_api.spec.models import JobSpec
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
 
 SCHEMA_VERSION = 1
+SUB_MASTER_RANK = -1  # the rank recorded for a role's SubMaster
 MAX_EVENTS = 500
 
 

@@ -17,12 +17,14 @@ from ray.util.placement_group import PlacementGroup, get_placement_group, placem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from dlu_api.spec.models import JobSpec, RoleSpec
-from dlu_prime.naming import NAMESPACE
+from dlu_prime.master.state import SUB_MASTER_RANK
+from dlu_prime.naming import NAMESPACE, sub_master_name
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
-from dlu_prime.scheduler.placement import ActorPlan, PlacementPlan, plan_placement
+from dlu_prime.scheduler.placement import ISOLATION_AMOUNT, ActorPlan, PlacementPlan, plan_placement
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
+from dlu_prime.worker.submaster import SubMasterActor, sub_master_path
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +154,41 @@ class RayScheduler(Scheduler):
             options["runtime_env"] = {"env_vars": env_vars}
         return actor_class.options(**options).remote(self._info(plan))  # pyright: ignore[reportUnknownMemberType]
 
+    def _create_sub_master(self, role: RoleSpec, path: str) -> tuple[str, Any]:
+        """A role's SubMaster: outside the placement groups, next to the PrimeMaster."""
+        name = sub_master_name(self.spec.name, role.name)
+        info = WorkerInfo(
+            job=self.spec.name,
+            role=role.name,
+            rank=SUB_MASTER_RANK,
+            world_size=role.total,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            actor_name=name,
+            entrypoint=path,
+            env={**self.spec.env, **role.env},
+            config=dict(self.spec.config),
+            workdir=self.workdir,
+            role_sizes={r.name: r.total for r in self.spec.roles},
+        )
+        isolation = self.spec.master.isolation_resource
+        handle = (
+            ray.remote(SubMasterActor)
+            .options(  # pyright: ignore[reportUnknownMemberType]
+                name=name,
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=0,
+                max_concurrency=RPC_CONCURRENCY,
+                num_cpus=0,
+                resources={isolation: ISOLATION_AMOUNT} if isolation else {},
+            )
+            .remote(info)
+        )
+        return name, handle
+
     def handle(self, name: str) -> Any:
         if name not in self._handles:
             self._handles[name] = ray.get_actor(name, namespace=NAMESPACE)
@@ -162,8 +199,14 @@ class RayScheduler(Scheduler):
         for plan in self.plan.actors:
             self._handles[plan.name] = self._create_actor(plan)
         names = [a.name for a in self.plan.actors]
+        for role in self.spec.roles:
+            path = sub_master_path(role)
+            if path is not None:
+                name, handle = self._create_sub_master(role, path)
+                self._handles[name] = handle
+                names.append(name)
         identities = self._call_all(names, "identity")
-        self._gpu_ids = {name: list(identities[name]["gpu_ids"]) for name in names}
+        self._gpu_ids = {name: list(identities[name]["gpu_ids"]) for name in names if name in self._by_name}
         return {name: identities[name]["node_id"] for name in names}
 
     def _call_all(self, names: Sequence[str], method: str, *args: Any) -> dict[str, Any]:
@@ -177,7 +220,9 @@ class RayScheduler(Scheduler):
                 raise ActorSetupError(name, _error_text(exc)) from None
         return results
 
-    def _device_env(self, plan: ActorPlan) -> dict[str, str]:
+    def _device_env(self, plan: ActorPlan | None) -> dict[str, str]:
+        if plan is None:  # a SubMaster: no devices
+            return {}
         role = self.spec.role(plan.role)
         bundle_mates = [a for a in self.plan.actors if a.role == plan.role and a.node_rank == plan.node_rank]
         group_ids = [self._gpu_ids.get(a.name, []) for a in sorted(bundle_mates, key=lambda a: a.local_rank)]
@@ -191,7 +236,9 @@ class RayScheduler(Scheduler):
         return env.env()
 
     def setup(self, names: Sequence[str]) -> None:
-        refs = {name: self.handle(name).setup.remote(self._device_env(self._by_name[name])) for name in names}
+        refs = {
+            name: self.handle(name).setup.remote(self._device_env(self._by_name.get(name))) for name in names
+        }
         for name, ref in refs.items():
             try:
                 ray.get(ref, timeout=self._call_timeout)

@@ -1,0 +1,134 @@
+"""SubMasters: an optional per-role master that drives the role's workers (e.g. ElasticMaster).
+
+A SubMaster keeps no state of its own: everything it needs comes from the job spec and the
+workers, so after a restart the PrimeMaster simply sets it up again and asks it to
+`recover_running`. User SubMasters subclass `SubMaster`; `SubMasterActor` hosts them, so the
+user's class is imported inside the actor, after the job's working directory is on sys.path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from dlu_api.spec.models import RoleKind, RoleSpec
+from dlu_prime.master.state import ActorStage
+from dlu_prime.naming import NAMESPACE, actor_name
+from dlu_prime.worker.actor import WorkerActor, WorkerInfo
+from dlu_prime.worker.entrypoint import EntrypointError
+
+ELASTIC_SUB_MASTER = "dlu_elastic.master:ElasticMaster"
+
+
+class SubMaster:
+    """Base class of a role's SubMaster. Override the hooks you need; defaults drive all workers."""
+
+    def __init__(self, job: str, role: str, world_size: int, config: dict[str, Any]) -> None:
+        self.job = job
+        self.role = role
+        self.world_size = world_size
+        self.config = config
+
+    @property
+    def workers(self) -> list[Any]:
+        """Actor handles of the role's workers, in rank order (found by name: restarts included)."""
+        import ray
+
+        return [
+            ray.get_actor(actor_name(self.job, self.role, r), namespace=NAMESPACE)
+            for r in range(self.world_size)
+        ]
+
+    def call_workers(self, method: str, *args: Any, timeout: float | None = 120.0) -> list[Any]:
+        import ray
+
+        return list(ray.get([getattr(w, method).remote(*args) for w in self.workers], timeout=timeout))
+
+    def setup(self) -> None:
+        """Self check of the SubMaster itself."""
+
+    def check_child(self) -> None:
+        """Check the workers before the job starts (default: all READY)."""
+        stages = [s["stage"] for s in self.call_workers("status")]
+        bad = [f"rank {r}: {s}" for r, s in enumerate(stages) if s != ActorStage.READY.value]
+        if bad:
+            raise RuntimeError(f"role {self.role}: workers not ready ({', '.join(bad)})")
+
+    def start(self) -> None:
+        """Start the workers (default: all of them)."""
+        self.call_workers("start")
+
+    def recover_running(self) -> None:
+        """Back to RUNNING after this SubMaster restarted; must not disturb healthy workers."""
+        self.start()
+
+    def stop(self) -> None:
+        """Called when the job stops."""
+
+
+def sub_master_path(role: RoleSpec) -> str | None:
+    """The SubMaster class of a role: the user's for custom roles, the ElasticMaster for elastic."""
+    if role.kind is RoleKind.CUSTOM:
+        return role.sub_master
+    if role.kind is RoleKind.ELASTIC:
+        return ELASTIC_SUB_MASTER
+    return None
+
+
+def load_sub_master_class(path: str) -> type[SubMaster]:
+    """Import 'module:Class' and check it is a SubMaster.
+
+    Raises:
+        EntrypointError: missing, not a class, or not a SubMaster subclass.
+    """
+    module_name, _, attr = path.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise EntrypointError(f"sub_master {path!r} cannot be loaded: {exc}") from exc
+    if not (isinstance(target, type) and issubclass(target, SubMaster)):
+        raise EntrypointError(f"sub_master {path!r} is not a subclass of dlu_prime.SubMaster")
+    return target
+
+
+class SubMasterActor(WorkerActor):
+    """Hosts a role's SubMaster; `info.entrypoint` is the SubMaster class path."""
+
+    def __init__(self, info: WorkerInfo) -> None:
+        super().__init__(info)
+        self.impl: SubMaster | None = None
+
+    def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
+        cls = load_sub_master_class(self.info.entrypoint)
+        self.impl = cls(self.info.job, self.info.role, self.info.role_sizes[self.info.role], self.info.config)
+        self.impl.setup()
+        self.stage = ActorStage.READY
+        return self.identity()
+
+    def _impl(self) -> SubMaster:
+        if self.impl is None:
+            raise RuntimeError(f"{self.info.actor_name}: called before setup()")
+        return self.impl
+
+    def check_child(self) -> None:
+        self._impl().check_child()
+
+    def start(self) -> None:
+        self._impl().start()
+        self.stage = ActorStage.RUNNING
+        self.health.beat(None, None)
+
+    def recover_running(self) -> None:
+        self._impl().recover_running()
+        self.stage = ActorStage.RUNNING
+
+    def stop(self) -> None:
+        if self.impl is not None:
+            self.impl.stop()
+
+    def call_rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from dlu_prime.runtime.rpc import find_rpc_method
+
+        return find_rpc_method(self._impl(), method)(*args, **kwargs)

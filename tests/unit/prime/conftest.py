@@ -1,0 +1,345 @@
+"""Fakes for driving the PrimeManager with no Ray: a scriptable in-memory scheduler, a settable
+clock, and a state store that records every write.
+
+The fake scheduler reads the stored document back from the store on every call, so a test can
+prove that the manager saved a decision *before* acting on it (DESIGN section 4, tier 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from dlu_api.spec import spec_from_dict
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStage
+from dlu_prime.master.manager import PrimeManager
+from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler
+from dlu_prime.scheduler.placement import plan_placement
+from dlu_prime.state.memory import MemoryStateStore
+
+START_TIME = 1_000.0
+
+
+class FakeClock:
+    """A clock the test moves by hand: `clock()` returns the current fake time."""
+
+    def __init__(self, now: float = START_TIME) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def set(self, now: float) -> None:
+        self.now = now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+@dataclass(frozen=True)
+class Put:
+    """One successful write to the RecordingStore."""
+
+    job: str
+    token: int
+    stage: JobStage
+    run_id: str
+
+
+class RecordingStore(MemoryStateStore):
+    """The in-memory store, plus a log of every successful compare-and-set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts: list[Put] = []
+
+    def put(self, job: str, data: bytes, token: int | None) -> int:
+        new_token = super().put(job, data, token)
+        state = JobState.loads(data)
+        self.puts.append(Put(job, new_token, state.stage, state.run_id))
+        return new_token
+
+    def state(self, job: str) -> JobState | None:
+        """The stored document of `job`, parsed."""
+        stored = self.get(job)
+        return JobState.loads(stored.data) if stored is not None else None
+
+    def token(self, job: str) -> int | None:
+        stored = self.get(job)
+        return stored.token if stored is not None else None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call the manager made on the fake scheduler, with what the store held at that moment."""
+
+    method: str
+    names: tuple[str, ...]
+    time: float
+    token: int | None
+    stored: JobState | None
+
+    @property
+    def stored_stage(self) -> JobStage | None:
+        return self.stored.stage if self.stored is not None else None
+
+
+@dataclass
+class FakeActor:
+    """What the fake cluster knows of one actor; `stage is None` means it is gone."""
+
+    name: str
+    role: str
+    rank: int
+    node_id: str | None
+    stage: ActorStage | None = ActorStage.INIT
+    error: str | None = None
+    last_heartbeat: float | None = None
+    step: int = 0
+    reported_errors: tuple[str, ...] = ()
+
+    def observe(self) -> ActorObservation:
+        if self.stage is None:
+            return ActorObservation.gone(self.error or f"actor {self.name} died")
+        return ActorObservation(
+            stage=self.stage,
+            error=self.error,
+            node_id=self.node_id,
+            last_heartbeat=self.last_heartbeat,
+            step=self.step,
+            reported_errors=self.reported_errors,
+        )
+
+
+Update = ActorStage | Mapping[str, Any]
+"""A scripted change: a new stage, or FakeActor fields to set (`{"stage": None}` = gone)."""
+
+Hook = Callable[["FakeScheduler"], None]
+
+METHODS = ("prepare", "setup", "check_children", "start", "poll", "stop", "cleanup")
+
+
+class FakeScheduler(Scheduler):
+    """An in-memory scheduler the test scripts.
+
+    - `script(step1, step2, ...)`: step k is applied at the k-th poll (1-based), before the poll
+      answers; a step maps an actor name, a role name or "*" to an `Update`. After the script
+      ends the actors keep their last values.
+    - `fail_with[method] = exc`: that method raises `exc` (after recording the call).
+    - `setup_failures[actor] = error`: `setup` raises ActorSetupError for the first such actor.
+    - `on(method, hook)`: run `hook(self)` inside that method, after recording the call.
+    - `tick`: seconds the fake clock advances at each poll (monitor passes take time).
+    - `heartbeats`: RUNNING actors heartbeat at every poll (at the fake clock's time).
+    - `calls`: every call, with the stored document and token at the time of the call.
+    """
+
+    def __init__(self, spec: JobSpec, store: RecordingStore, clock: FakeClock) -> None:
+        self.spec = spec
+        self.store = store
+        self.clock = clock
+        self.actors: dict[str, FakeActor] = {
+            plan.name: FakeActor(plan.name, plan.role, plan.rank, f"node-{plan.node_rank}")
+            for plan in plan_placement(spec).actors
+        }
+        self.calls: list[Call] = []
+        self.fail_with: dict[str, BaseException] = {}
+        self.setup_failures: dict[str, str] = {}
+        self.hooks: dict[str, list[Hook]] = {}
+        self.steps: list[Mapping[str, Update]] = []
+        self.tick = 0.0
+        self.heartbeats = False
+        self.polls = 0
+        self.stopped: list[str] = []
+        self.cleaned_up = False
+
+    # scripting ---------------------------------------------------------------------------------
+    def names_of(self, role: str) -> list[str]:
+        return [a.name for a in self.actors.values() if a.role == role]
+
+    def _targets(self, target: str) -> list[str]:
+        if target == "*":
+            return list(self.actors)
+        if target in self.actors:
+            return [target]
+        names = self.names_of(target)
+        if not names:
+            raise KeyError(f"no actor or role {target!r} in the fake scheduler")
+        return names
+
+    def set(self, target: str, update: Update) -> None:
+        """Change actors now: `target` is an actor name, a role name or "*"."""
+        fields: Mapping[str, Any] = {"stage": update} if isinstance(update, ActorStage) else update
+        for name in self._targets(target):
+            actor = self.actors[name]
+            for key, value in fields.items():
+                if not hasattr(actor, key):
+                    raise AttributeError(f"FakeActor has no field {key!r}")
+                setattr(actor, key, value)
+
+    def script(self, *steps: Mapping[str, Update]) -> FakeScheduler:
+        self.steps = list(steps)
+        return self
+
+    def on(self, method: str, hook: Hook) -> FakeScheduler:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}")
+        self.hooks.setdefault(method, []).append(hook)
+        return self
+
+    # records -----------------------------------------------------------------------------------
+    def methods(self) -> list[str]:
+        return [c.method for c in self.calls]
+
+    def calls_to(self, method: str) -> list[Call]:
+        return [c for c in self.calls if c.method == method]
+
+    def only_call(self, method: str) -> Call:
+        found = self.calls_to(method)
+        assert len(found) == 1, f"expected one call to {method}, got {self.methods()}"
+        return found[0]
+
+    def _enter(self, method: str, names: Iterable[str] = ()) -> None:
+        stored = self.store.get(self.spec.name)
+        self.calls.append(
+            Call(
+                method=method,
+                names=tuple(names),
+                time=self.clock(),
+                token=stored.token if stored is not None else None,
+                stored=JobState.loads(stored.data) if stored is not None else None,
+            )
+        )
+        for hook in self.hooks.get(method, []):
+            hook(self)
+        error = self.fail_with.get(method)
+        if error is not None:
+            raise error
+
+    # the Scheduler contract ------------------------------------------------------------------------
+    def prepare(self) -> dict[str, str | None]:
+        self._enter("prepare")
+        return {name: actor.node_id for name, actor in self.actors.items()}
+
+    def setup(self, names: Sequence[str]) -> None:
+        self._enter("setup", names)
+        for name in names:
+            if name in self.setup_failures:
+                self.actors[name].stage = ActorStage.FAILED
+                raise ActorSetupError(name, self.setup_failures[name])
+            self.actors[name].stage = ActorStage.READY
+
+    def check_children(self, names: Sequence[str]) -> None:
+        self._enter("check_children", names)
+
+    def start(self, names: Sequence[str]) -> None:
+        self._enter("start", names)
+        for name in names:
+            actor = self.actors[name]
+            if actor.stage is ActorStage.READY:
+                actor.stage = ActorStage.RUNNING
+                if self.heartbeats:
+                    actor.last_heartbeat = self.clock()
+
+    def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
+        self.polls += 1
+        if self.tick:
+            self.clock.advance(self.tick)
+        self._enter("poll", names)
+        if self.polls <= len(self.steps):
+            for target, update in self.steps[self.polls - 1].items():
+                self.set(target, update)
+        if self.heartbeats:
+            for actor in self.actors.values():
+                if actor.stage is ActorStage.RUNNING:
+                    actor.last_heartbeat = self.clock()
+        return {name: self.actors[name].observe() for name in names}
+
+    def stop(self, names: Sequence[str]) -> None:
+        self._enter("stop", names)
+        self.stopped.extend(names)
+
+    def cleanup(self) -> None:
+        self._enter("cleanup")
+        self.cleaned_up = True
+
+
+# spec builders ---------------------------------------------------------------------------------
+def role(name: str, total: int = 1, **extra: Any) -> dict[str, Any]:
+    """A simple CPU role running `pkg.<name>:main`."""
+    return {"name": name, "entrypoint": f"pkg.{name}:main", "total": total, **extra}
+
+
+def build_spec(
+    roles: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    name: str = "job",
+    health: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> JobSpec:
+    """A valid CPU job (no GPUs); the monitor interval is 1 ms so run() never waits long."""
+    return spec_from_dict(
+        {
+            "name": name,
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "roles": [dict(r) for r in roles] if roles is not None else [role("trainer", 2)],
+            "health": {"monitor_interval_s": 0.001, **(health or {})},
+            **extra,
+        }
+    )
+
+
+SpecFactory = Callable[..., JobSpec]
+RoleFactory = Callable[..., dict[str, Any]]
+SchedulerFactory = Callable[[JobSpec], FakeScheduler]
+ManagerFactory = Callable[..., tuple[PrimeManager, FakeScheduler]]
+
+
+# fixtures --------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store() -> RecordingStore:
+    return RecordingStore()
+
+
+@pytest.fixture
+def make_role() -> RoleFactory:
+    return role
+
+
+@pytest.fixture
+def make_spec() -> SpecFactory:
+    return build_spec
+
+
+@pytest.fixture
+def fake_scheduler_factory(store: RecordingStore, fake_clock: FakeClock) -> SchedulerFactory:
+    def factory(spec: JobSpec) -> FakeScheduler:
+        return FakeScheduler(spec, store, fake_clock)
+
+    return factory
+
+
+@pytest.fixture
+def make_manager(
+    store: RecordingStore, fake_clock: FakeClock, fake_scheduler_factory: SchedulerFactory
+) -> ManagerFactory:
+    """`make_manager(spec=None, **build_spec_kwargs)`: PrimeManager.create with a fresh fake
+    scheduler, the shared store and the fake clock."""
+
+    def factory(spec: JobSpec | None = None, **spec_kwargs: Any) -> tuple[PrimeManager, FakeScheduler]:
+        spec = spec if spec is not None else build_spec(**spec_kwargs)
+        scheduler = fake_scheduler_factory(spec)
+        return PrimeManager.create(spec, scheduler, store, clock=fake_clock), scheduler
+
+    return factory
