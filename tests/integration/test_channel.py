@@ -4,12 +4,13 @@ consumer actor killed while holding an item (nothing lost)."""
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import ray
@@ -32,7 +33,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 MakeChannel = Callable[..., DataChannel]
 
 
-@ray.remote(num_cpus=0)
 class Consumer:
     """A self-loop worker. Like the worker runtime, every incarnation recovers first (a no-op
     on the first start)."""
@@ -62,7 +62,6 @@ class Consumer:
         return out
 
 
-@ray.remote(num_cpus=0, max_concurrency=2)
 class Producer:
     def __init__(self) -> None:
         self.count = 0
@@ -78,6 +77,10 @@ class Producer:
         return self.count
 
 
+RemoteConsumer: Any = ray.remote(num_cpus=0)(Consumer)
+RemoteProducer: Any = ray.remote(num_cpus=0)(Producer)
+
+
 def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -85,9 +88,8 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -
         time.sleep(0.02)
 
 
-def _kill_and_wait_restart(actor: Any) -> int:
+def _kill_and_wait_restart(actor: Any, old_pid: int) -> int:
     """Kills the actor (Ray restarts it); returns what the new incarnation recovered."""
-    old_pid, _ = ray.get(actor.ready.remote())
     ray.kill(actor, no_restart=False)
     deadline = time.monotonic() + 30
     while True:
@@ -102,7 +104,7 @@ def _kill_and_wait_restart(actor: Any) -> int:
 
 
 def _job_actors(job: str) -> list[str]:
-    names = ray.util.list_named_actors(all_namespaces=True)
+    names = cast(list[dict[str, str]], ray.util.list_named_actors(all_namespaces=True))
     return [n["name"] for n in names if n["namespace"] == NAMESPACE and n["name"].startswith(job_prefix(job))]
 
 
@@ -180,7 +182,7 @@ def test_bad_input_missing_channel_and_pickling(job: str, make_channel: MakeChan
     assert isinstance(err.value, LookupError)
 
     channel = make_channel()
-    copy = cloudpickle.loads(cloudpickle.dumps(channel))
+    copy = pickle.loads(pickle.dumps(channel))
     assert (copy.job, copy.name) == (job, "c")
     copy.put("via copy")
     assert channel.get("a") == "via copy"
@@ -189,31 +191,34 @@ def test_bad_input_missing_channel_and_pickling(job: str, make_channel: MakeChan
 def test_back_pressure(make_channel: MakeChannel) -> None:
     capacity, n = 2, 12
     channel = make_channel(capacity=capacity)
-    producer = Producer.remote()
+    producer = RemoteProducer.options(max_concurrency=2).remote()  # puts() answers while run() blocks
     done = producer.run.remote(channel, n)
     _wait_for(lambda: channel.stats()["waiting_puts"] == 1, "the producer to block on a full channel")
     time.sleep(0.1)
-    assert ray.get(producer.puts.remote()) == capacity
 
+    def puts() -> int:
+        return ray.get(producer.puts.remote(), timeout=30)
+
+    assert puts() == capacity
     consumed: list[int] = []
     for item in channel.iterate("slow"):
         consumed.append(item)
-        assert ray.get(producer.puts.remote()) <= len(consumed) + capacity
+        assert puts() <= len(consumed) + capacity
         time.sleep(0.02)
     assert consumed == list(range(n))
-    assert ray.get(done) == n
+    assert ray.get(done, timeout=30) == n
     ray.kill(producer)
 
 
 def test_consumers_get_disjoint_items(job: str, make_channel: MakeChannel) -> None:
     channel = make_channel(capacity=8)
     # The channel handle is pickled into each actor.
-    consumers = [Consumer.remote(channel, f"{job}.worker.{rank}") for rank in range(3)]
-    ray.get([c.ready.remote() for c in consumers])
+    consumers = [RemoteConsumer.remote(channel, f"{job}.worker.{rank}") for rank in range(3)]
+    ray.get([c.ready.remote() for c in consumers], timeout=30)
     drains = [c.drain.remote(None, 0.005) for c in consumers]
     channel.put_many(range(90))
     channel.close()
-    results: list[list[int]] = ray.get(drains)
+    results: list[list[int]] = ray.get(drains, timeout=30)
 
     everything = [item for got in results for item in got]
     assert sorted(everything) == list(range(90)), "an item was lost or delivered twice"
@@ -227,24 +232,26 @@ def test_restarted_consumer_loses_nothing(job: str, make_channel: MakeChannel) -
     channel = make_channel(capacity=16)
     sink = make_channel("sink")  # what the consumer processed, across its incarnations
     consumer_id = f"{job}.worker.0"
-    consumer = Consumer.options(max_restarts=2).remote(channel, consumer_id)
-    assert ray.get(consumer.ready.remote())[1] == 0
+    consumer = RemoteConsumer.options(max_restarts=2).remote(channel, consumer_id)
+    pid, recovered = ray.get(consumer.ready.remote(), timeout=30)
+    assert recovered == 0
 
     # 1. Killed while its get waits on an empty channel: that get must not swallow a later item.
     waiting = consumer.take.remote(sink)
     _wait_for(lambda: channel.stats()["waiting_gets"] == 1, "the consumer to wait for an item")
-    assert _kill_and_wait_restart(consumer) == 0
+    assert _kill_and_wait_restart(consumer, pid) == 0
     with pytest.raises(RayActorError):
-        ray.get(waiting)
+        ray.get(waiting, timeout=30)
     channel.put_many(range(10))
 
     # 2. Killed while holding (and having processed) item 0, before acknowledging it.
-    assert ray.get(consumer.take.remote(sink)) == 0
+    assert ray.get(consumer.take.remote(sink), timeout=30) == 0
     assert channel.stats()["leased"] == 1
-    assert _kill_and_wait_restart(consumer) == 1, "the restarted consumer re-queues its leased item"
+    pid, _ = ray.get(consumer.ready.remote(), timeout=30)
+    assert _kill_and_wait_restart(consumer, pid) == 1, "the restarted consumer re-queues its leased item"
 
     channel.close()
-    assert ray.get(consumer.drain.remote(sink)) == list(range(10))
+    assert ray.get(consumer.drain.remote(sink), timeout=30) == list(range(10))
     sink.close()
     processed = Counter(sink.iterate("check"))
     assert set(processed) == set(range(10)), "an item was lost"

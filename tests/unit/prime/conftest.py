@@ -16,7 +16,7 @@ import pytest
 from dlu_api.spec import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
-from dlu_prime.master.manager import PrimeManager
+from dlu_prime.master.manager import PrimeManager, new_state
 from dlu_prime.master.state import ActorStage, JobState
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler
 from dlu_prime.scheduler.placement import plan_placement
@@ -143,9 +143,11 @@ class FakeScheduler(Scheduler):
         self.spec = spec
         self.store = store
         self.clock = clock
+        # Every actor the manager tracks (workers and SubMasters); workers sit on node-<node rank>.
+        nodes = {plan.name: f"node-{plan.node_rank}" for plan in plan_placement(spec).actors}
         self.actors: dict[str, FakeActor] = {
-            plan.name: FakeActor(plan.name, plan.role, plan.rank, f"node-{plan.node_rank}")
-            for plan in plan_placement(spec).actors
+            name: FakeActor(name, record.role, record.rank, nodes.get(name, "node-0"))
+            for name, record in new_state(spec).actors.items()
         }
         self.calls: list[Call] = []
         self.fail_with: dict[str, BaseException] = {}

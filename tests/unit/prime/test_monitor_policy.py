@@ -15,7 +15,7 @@ import pytest
 from dlu_api.spec import spec_from_dict
 from dlu_prime.master.manager import new_state
 from dlu_prime.master.monitor import Failure, assess, failure_reason, track_steps
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 NOW = 10_000.0
@@ -299,6 +299,35 @@ def test_a_failure_and_finished_drivers_are_both_reported() -> None:
     result = assess(state, observations, NOW)
     assert result.all_drivers_finished
     assert [(f.actor, f.kind) for f in result.failures] == [(S0, "failed")]
+
+
+def test_a_sub_master_does_not_count_towards_its_role_finishing() -> None:
+    spec = spec_from_dict(
+        {
+            "name": "job",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "roles": [
+                {
+                    "name": "rollout",
+                    "kind": "custom",
+                    "entrypoint": "pkg.r:main",
+                    "total": 2,
+                    "sub_master": "pkg.r:Master",
+                },
+            ],
+        }
+    )
+    state = new_state(spec)
+    sub = [n for n, a in state.actors.items() if a.rank == SUB_MASTER_RANK]
+    assert len(sub) == 1
+    observations = {name: obs(ActorStage.FINISH) for name in state.actors}
+    observations[sub[0]] = obs(ActorStage.RUNNING)
+    result = assess(state, observations, NOW)
+    assert result.finished_roles == ("rollout",)
+    assert result.all_drivers_finished
+    observations["job.rollout.1"] = obs(ActorStage.RUNNING)
+    assert not assess(state, observations, NOW).all_drivers_finished
 
 
 # track_steps -----------------------------------------------------------------------------------

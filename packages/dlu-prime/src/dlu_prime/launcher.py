@@ -26,10 +26,10 @@ from dlu_api.status import JobStage, JobStatus
 from dlu_prime.master.actor import PrimeMaster
 from dlu_prime.master.state import JobState
 from dlu_prime.naming import NAMESPACE, master_name
+from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.placement import master_options, plan_placement
 from dlu_prime.state.base import StateStoreError, create_state_store
-from dlu_prime.worker.submaster import sub_master_path
 
 logger = logging.getLogger(__name__)
 

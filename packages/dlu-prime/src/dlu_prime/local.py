@@ -39,7 +39,12 @@ class JobFiles:
 
     def write(self, status: JobStatus, ray_address: str | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        record = {"status": status.model_dump(mode="json"), "ray_address": ray_address, "pid": os.getpid()}
+        record = {
+            "status": status.model_dump(mode="json"),
+            "ray_address": ray_address,
+            "ray_auth_mode": ray_env.auth_mode(),
+            "pid": os.getpid(),
+        }
         tmp = self.path(status.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(record), encoding="utf-8")
         tmp.replace(self.path(status.name))
@@ -111,7 +116,7 @@ class LocalJobClient(JobClient):
         address = record.get("ray_address")
         if not address:
             raise JobNotFoundError(f"local job {name!r} has no Ray address on record")
-        ray_env.connect(address)
+        ray_env.connect(address, record.get("ray_auth_mode"))
         launcher.stop_job(name)
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:

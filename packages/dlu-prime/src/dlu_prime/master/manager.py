@@ -25,10 +25,10 @@ from dlu_prime.master.state import (
     RoleRecord,
 )
 from dlu_prime.naming import sub_master_name
+from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.placement import plan_placement
 from dlu_prime.state.base import StateConflictError, StateStore
-from dlu_prime.worker.submaster import sub_master_path
 
 logger = logging.getLogger(__name__)
 

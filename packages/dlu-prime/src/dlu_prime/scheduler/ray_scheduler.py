@@ -19,12 +19,13 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from dlu_api.spec.models import JobSpec, RoleSpec
 from dlu_prime.master.state import SUB_MASTER_RANK
 from dlu_prime.naming import NAMESPACE, sub_master_name
+from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
 from dlu_prime.scheduler.placement import ISOLATION_AMOUNT, ActorPlan, PlacementPlan, plan_placement
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
-from dlu_prime.worker.submaster import SubMasterActor, sub_master_path
+from dlu_prime.worker.submaster import SubMasterActor
 
 logger = logging.getLogger(__name__)
 

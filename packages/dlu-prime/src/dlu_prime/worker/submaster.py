@@ -11,13 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from dlu_api.spec.models import RoleKind, RoleSpec
 from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, actor_name
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.entrypoint import EntrypointError
-
-ELASTIC_SUB_MASTER = "dlu_elastic.master:ElasticMaster"
 
 
 class SubMaster:
@@ -64,15 +61,6 @@ class SubMaster:
 
     def stop(self) -> None:
         """Called when the job stops."""
-
-
-def sub_master_path(role: RoleSpec) -> str | None:
-    """The SubMaster class of a role: the user's for custom roles, the ElasticMaster for elastic."""
-    if role.kind is RoleKind.CUSTOM:
-        return role.sub_master
-    if role.kind is RoleKind.ELASTIC:
-        return ELASTIC_SUB_MASTER
-    return None
 
 
 def load_sub_master_class(path: str) -> type[SubMaster]:

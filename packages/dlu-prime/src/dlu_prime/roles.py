@@ -1,0 +1,16 @@
+"""What each kind of role needs from the control plane. Pure: importing this loads no Ray."""
+
+from __future__ import annotations
+
+from dlu_api.spec.models import RoleKind, RoleSpec
+
+ELASTIC_SUB_MASTER = "dlu_elastic.master:ElasticMaster"
+
+
+def sub_master_path(role: RoleSpec) -> str | None:
+    """The SubMaster class of a role: the user's for custom roles, the ElasticMaster for elastic."""
+    if role.kind is RoleKind.CUSTOM:
+        return role.sub_master
+    if role.kind is RoleKind.ELASTIC:
+        return ELASTIC_SUB_MASTER
+    return None

@@ -1,0 +1,87 @@
+"""`dlu run` on an embedded Ray, stopped by `dlu stop` from another process or by Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
+
+HERE = Path(__file__).parent
+DLU = str(Path(sys.executable).parent / "dlu")
+
+SPEC = """
+name: {name}
+device_type: CPU
+device_per_node: 0
+health: {{monitor_interval_s: 0.2}}
+roles:
+  - name: worker
+    entrypoint: workloads:forever
+    total: 2
+    resources: {{cpu: 0.1}}
+"""
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DLU_HOME": str(home),
+        "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-cli-", dir="/tmp"),
+    }
+
+
+def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(SPEC.format(name=name))
+    env = _env(tmp_path / "home")
+    proc = subprocess.Popen(
+        [DLU, "run", str(spec)],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    job_file = tmp_path / "home" / "jobs" / f"{name}.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if job_file.is_file() and json.loads(job_file.read_text())["status"]["stage"] == "RUNNING":
+            return proc, env
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.3)
+    proc.kill()
+    pytest.fail("the job never reached RUNNING")
+
+
+def test_dlu_stop_from_another_process(tmp_path: Path) -> None:
+    proc, env = _start(tmp_path, "cli-stop")
+    stopped = subprocess.run([DLU, "stop", "cli-stop"], env=env, capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130, out[-3000:]
+    assert "stopped by user request" in out
+    status = subprocess.run(
+        [DLU, "status", "cli-stop", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    reported = json.loads(status.stdout)
+    assert reported["stage"] == "STOPPED" and reported["exit_code"] == 130
+    listed = subprocess.run([DLU, "list"], env=env, capture_output=True, text=True, timeout=60)
+    assert "cli-stop\tSTOPPED exit=130" in listed.stdout
+
+
+def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
+    proc, _ = _start(tmp_path, "cli-sigint")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130, out[-3000:]
+    assert "interrupted: stopping job cli-sigint" in out
+    assert "STOPPED" in out
