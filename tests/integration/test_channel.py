@@ -26,6 +26,7 @@ from dlu_prime.runtime.channel import (
 )
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
+# pytest-timeout's SIGALRM does not interrupt a blocking ray.get: every wait below has its own timeout.
 
 # Test modules are not importable inside Ray workers: ship the actor classes by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -146,7 +147,7 @@ def test_fifo_close_and_adopt(job: str, make_channel: MakeChannel) -> None:
     assert DataChannel.open(job, "c").stats()["queued"] == 48
 
     channel.close()
-    assert list(channel.iterate("a")) == [*range(3, 50), "last"]
+    assert list(channel.iterate("a", timeout=10)) == [*range(3, 50), "last"]
     stats = channel.stats()
     assert (stats["queued"], stats["leased"], stats["acked"], stats["closed"]) == (0, 0, 51, True)
     with pytest.raises(ChannelClosed):
@@ -201,7 +202,7 @@ def test_back_pressure(make_channel: MakeChannel) -> None:
 
     assert puts() == capacity
     consumed: list[int] = []
-    for item in channel.iterate("slow"):
+    for item in channel.iterate("slow", timeout=10):
         consumed.append(item)
         assert puts() <= len(consumed) + capacity
         time.sleep(0.02)
@@ -216,7 +217,7 @@ def test_consumers_get_disjoint_items(job: str, make_channel: MakeChannel) -> No
     consumers = [RemoteConsumer.remote(channel, f"{job}.worker.{rank}") for rank in range(3)]
     ray.get([c.ready.remote() for c in consumers], timeout=30)
     drains = [c.drain.remote(None, 0.005) for c in consumers]
-    channel.put_many(range(90))
+    channel.put_many(range(90), timeout=30)
     channel.close()
     results: list[list[int]] = ray.get(drains, timeout=30)
 
@@ -253,7 +254,7 @@ def test_restarted_consumer_loses_nothing(job: str, make_channel: MakeChannel) -
     channel.close()
     assert ray.get(consumer.drain.remote(sink), timeout=30) == list(range(10))
     sink.close()
-    processed = Counter(sink.iterate("check"))
+    processed = Counter(sink.iterate("check", timeout=10))
     assert set(processed) == set(range(10)), "an item was lost"
     assert processed[0] == 2 and all(processed[i] == 1 for i in range(1, 10)), "at-least-once"
     stats = channel.stats()

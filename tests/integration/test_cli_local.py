@@ -56,14 +56,32 @@ def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], dict[str, 
     while time.monotonic() < deadline:
         if job_file.is_file() and json.loads(job_file.read_text())["status"]["stage"] == "RUNNING":
             return proc, env
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        if proc.poll() is not None:
+            pytest.fail(f"dlu run ended early: {proc.communicate()[0][-3000:]}")
         time.sleep(0.3)
-    proc.kill()
+    _end(proc)
     pytest.fail("the job never reached RUNNING")
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Never leave a `dlu run` (and its embedded Ray) behind when a test fails."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def test_dlu_stop_from_another_process(tmp_path: Path) -> None:
     proc, env = _start(tmp_path, "cli-stop")
+    try:
+        _check_stop(proc, env)
+    finally:
+        _end(proc)
+
+
+def _check_stop(proc: subprocess.Popen[str], env: dict[str, str]) -> None:
     stopped = subprocess.run([DLU, "stop", "cli-stop"], env=env, capture_output=True, text=True, timeout=60)
     assert stopped.returncode == 0, stopped.stderr
     out, _ = proc.communicate(timeout=90)
@@ -80,8 +98,11 @@ def test_dlu_stop_from_another_process(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
     proc, _ = _start(tmp_path, "cli-sigint")
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=90)
+    try:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        _end(proc)
     assert proc.returncode == 130, out[-3000:]
     assert "interrupted: stopping job cli-sigint" in out
     assert "STOPPED" in out

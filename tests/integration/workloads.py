@@ -67,3 +67,12 @@ class ReverseStartSubMaster(SubMaster):
 
 class NotASubMaster:
     pass
+
+
+def record_node() -> None:
+    import ray
+
+    worker = current_worker()
+    node = ray.get_runtime_context().get_node_id()
+    (Path(worker.config["out_dir"]) / f"{worker.actor_name}.node").write_text(node)
+    time.sleep(float(worker.config.get("hold_s", 0)))

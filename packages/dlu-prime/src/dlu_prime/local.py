@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,6 @@ class JobFiles:
         record = {
             "status": status.model_dump(mode="json"),
             "ray_address": ray_address,
-            "ray_auth_mode": ray_env.auth_mode(),
             "pid": os.getpid(),
         }
         tmp = self.path(status.name).with_suffix(".tmp")
@@ -106,18 +106,23 @@ class LocalJobClient(JobClient):
         return JobStatus.model_validate(self.files.read(name)["status"])
 
     def stop(self, name: str) -> None:
+        """Stop a local job. One run by another `dlu run` process is stopped the way Ctrl-C does:
+        that process gets SIGINT, stops the job cleanly and exits with 130."""
         if name in self._specs:
             launcher.stop_job(name)
             return
         record = self.files.read(name)
-        status = JobStatus.model_validate(record["status"])
-        if status.stage is JobStage.STOPPED:
+        if JobStatus.model_validate(record["status"]).stage is JobStage.STOPPED:
             return
-        address = record.get("ray_address")
-        if not address:
-            raise JobNotFoundError(f"local job {name!r} has no Ray address on record")
-        ray_env.connect(address, record.get("ray_auth_mode"))
-        launcher.stop_job(name)
+        pid = int(record.get("pid") or 0)
+        try:
+            if pid <= 0:
+                raise ProcessLookupError(pid)
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            raise JobNotFoundError(
+                f"local job {name!r} is not running (its `dlu run` process is gone)"
+            ) from None
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         """The job's event timeline (worker output itself is printed by the `dlu run` that runs it)."""

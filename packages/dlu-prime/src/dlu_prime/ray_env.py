@@ -32,29 +32,10 @@ def init_local(**overrides: Any) -> str:
     return str(ray.get_runtime_context().gcs_address)
 
 
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
-
-
-def auth_mode() -> str | None:
-    """Ray's authentication mode of this process (an embedded Ray may have turned tokens on)."""
-    return os.environ.get(AUTH_MODE_ENV)
-
-
-def connect(address: str = "auto", auth: str | None = None) -> None:
-    """Join an existing Ray cluster (the launcher inside a Ray job, or `dlu stop` of a local run).
-
-    `auth` is the cluster's RAY_AUTH_MODE when known: a local Ray started with a token in
-    ~/.ray/auth_token only accepts drivers that also use token mode.
-    """
+def connect(address: str = "auto") -> None:
+    """Join an existing Ray cluster (the launcher inside a Ray job)."""
     import ray
 
     quiet_ray_env()
-    if auth and os.environ.get(AUTH_MODE_ENV) != auth:
-        os.environ[AUTH_MODE_ENV] = auth
-        # Ray caches its config when imported; re-read it, as Ray itself does when it turns
-        # token mode on for a local cluster.
-        from ray._raylet import Config  # pyright: ignore[reportPrivateImportUsage, reportAttributeAccessIssue]
-
-        Config.initialize("")
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)

@@ -77,8 +77,11 @@ class PrimeMaster:
             self._done.set()
 
     # driver calls ----------------------------------------------------------------------------
-    def ping(self) -> str:
-        return self.spec.name
+    def ping(self) -> dict[str, Any]:
+        """Liveness, and where the PrimeMaster runs (isolation scheduling is checked with it)."""
+        import ray
+
+        return {"job": self.spec.name, "node_id": ray.get_runtime_context().get_node_id()}
 
     def status(self, events: int = 50) -> dict[str, Any]:
         return self.manager.status(events).model_dump(mode="json")

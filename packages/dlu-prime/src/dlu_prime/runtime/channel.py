@@ -5,6 +5,11 @@ full (back-pressure). Each item handed to a consumer is *leased* until that cons
 (ack-on-next-get) or an explicit `ack`, so a consumer that dies mid-item loses nothing: its
 restarted incarnation (same stable consumer id, e.g. "job.role.rank") calls `recover`, which puts
 the leased item(s) back at the front of the queue. Delivery is therefore at-least-once.
+`recover` also voids a `get` that the dead incarnation left waiting in the actor, which would
+otherwise lease an item that the new incarnation's next `get` acknowledges unprocessed.
+
+`capacity` bounds the queued (not yet delivered) items; leased items come on top, one per
+consumer, and re-queued ones may briefly exceed it (a recovery never blocks).
 
 Caveat: the actor keeps its state in memory. It is restarted by Ray (`max_restarts=-1`) if its
 process dies, but it comes back empty and open: queued and leased items are lost, and a consumer
