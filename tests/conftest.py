@@ -51,8 +51,11 @@ def ray_session():  # type: ignore[no-untyped-def]
 
     tmp_root = tempfile.mkdtemp(prefix="dlu-ray-", dir="/tmp")
     os.environ["RAY_TMPDIR"] = tmp_root
+    from dlu_prime.ray_env import pin_loopback
+
     if ray.is_initialized():
         ray.shutdown()
+    pin_loopback()
     ray.init(**ray_init_kwargs(tmp_root))  # type: ignore[arg-type]
     yield ray
     ray.shutdown()
