@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from dlu_prime.runtime import current_worker, heartbeat
+from dlu_prime.runtime import current_worker, heartbeat, rpc
 from dlu_prime.worker.submaster import SubMaster
 
 
@@ -76,3 +76,62 @@ def record_node() -> None:
     node = ray.get_runtime_context().get_node_id()
     (Path(worker.config["out_dir"]) / f"{worker.actor_name}.node").write_text(node)
     time.sleep(float(worker.config.get("hold_s", 0)))
+
+
+def report_and_wait() -> None:
+    from dlu_prime.runtime import report_error
+
+    report_error("disk quota exceeded on the test worker")
+    time.sleep(30)
+
+
+class Looper:
+    """A class entrypoint with a run() main loop and @rpc methods other roles call."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def run(self) -> None:
+        heartbeat(1)
+
+    @rpc
+    def echo(self, value: object, suffix: str = "") -> str:
+        return f"{current_worker().rank}:{value}{suffix}"
+
+
+def call_loopers() -> None:
+    """Role groups: all ranks, rank 0, futures, and batched scatter with args and kwargs."""
+    from dlu_prime.runtime import role_group
+
+    group = role_group("looper")
+    assert group.call("echo", "x") == ["0:x", "1:x"]
+    assert group.rank0("echo", "y", suffix="!") == "0:y!"
+    future = group.call_async("echo", "z")
+    assert future.result(timeout=30) == ["0:z", "1:z"]
+    assert future.done()
+    assert group.scatter("echo", ["a", "b"], suffix=["1", "2"]) == ["0:a1", "1:b2"]
+
+
+def shard_worker() -> None:
+    """Dynamic sharding through the SDK: every record is processed exactly once."""
+    from dlu_prime.runtime import consumer_id, shard_queue
+
+    worker = current_worker()
+    queue = shard_queue("data", dataset_size=100, shard_size=7)
+    me = consumer_id()
+    out = Path(worker.config["out_dir"])
+    while not queue.finished():
+        shard = queue.next_shard(me)
+        if shard is None:
+            time.sleep(0.05)
+            continue
+        for record in range(shard.start, shard.end):
+            (out / f"{record}.{me}").touch()
+        assert queue.complete(me, shard.id)
+
+
+def steps_with_progress() -> None:
+    worker = current_worker()
+    for step in range(int(worker.config.get("steps", 40))):
+        time.sleep(0.1)
+        heartbeat(step)
