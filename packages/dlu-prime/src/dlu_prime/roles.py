@@ -14,3 +14,11 @@ def sub_master_path(role: RoleSpec) -> str | None:
     if role.kind is RoleKind.ELASTIC:
         return ELASTIC_SUB_MASTER
     return None
+
+
+ELASTIC_WORKER = "dlu_elastic.worker.actor:ElasticWorkerActor"
+
+
+def worker_actor_path(role: RoleSpec) -> str | None:
+    """The actor class of a role's workers when it is not the generic WorkerActor."""
+    return ELASTIC_WORKER if role.kind is RoleKind.ELASTIC else None

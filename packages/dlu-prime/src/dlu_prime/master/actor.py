@@ -93,6 +93,12 @@ class PrimeMaster:
         return self._done.wait(timeout)
 
     # worker calls ----------------------------------------------------------------------------
+    def publish(self, key: str, value: dict[str, str]) -> None:
+        self.manager.publish(key, value)
+
+    def lookup(self, key: str) -> dict[str, str] | None:
+        return self.manager.lookup(key)
+
     def create_channel(self, name: str, capacity: int) -> Any:
         from dlu_prime.naming import channel_name
         from dlu_prime.runtime.channel import DataChannel

@@ -163,6 +163,20 @@ class PrimeManager:
             self.state.record("channel_created", f"{kind} {name!r} created", at=self.clock())
             self.save()
 
+    def publish(self, key: str, value: dict[str, str]) -> None:
+        """Record an endpoint (saved, so restarted workers find a restarted SubMaster)."""
+        with self._lock:
+            if self.state.endpoints.get(key) == value:
+                return
+            self.state.endpoints[key] = dict(value)
+            self.state.record("endpoint", f"{key} published at {value.get('address', '?')}", at=self.clock())
+            self.save()
+
+    def lookup(self, key: str) -> dict[str, str] | None:
+        with self._lock:
+            found = self.state.endpoints.get(key)
+            return dict(found) if found is not None else None
+
     # stages ----------------------------------------------------------------------------------
     def run(self) -> None:
         """Drive the job from its current stage to STOPPED (the PrimeMaster's main loop)."""

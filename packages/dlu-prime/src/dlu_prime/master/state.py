@@ -89,6 +89,10 @@ class JobState(BaseModel):
     node_failures: dict[str, int] = Field(default_factory=dict[str, int])
     failover_in_progress: bool = False
     channels: dict[str, ChannelRecord] = Field(default_factory=dict[str, ChannelRecord])
+    endpoints: dict[str, dict[str, str]] = Field(
+        default_factory=dict[str, dict[str, str]],
+        description="What SubMasters publish for their workers (e.g. the ElasticMaster's gRPC address).",
+    )
     events: list[JobEvent] = Field(default_factory=list[JobEvent])
     created_at: float = Field(default_factory=_now)
     updated_at: float = Field(default_factory=_now)

@@ -6,6 +6,7 @@ restarted PrimeMaster adopts what is already there instead of creating duplicate
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from dlu_api.spec.models import JobSpec, RoleSpec
 from dlu_prime.master.state import SUB_MASTER_RANK
 from dlu_prime.naming import NAMESPACE, sub_master_name
-from dlu_prime.roles import sub_master_path
+from dlu_prime.roles import sub_master_path, worker_actor_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
@@ -35,9 +36,12 @@ RPC_CONCURRENCY = 64
 
 
 def default_actor_class(role: RoleSpec) -> type:
-    """The actor class of a role. Elastic roles get theirs from dlu-elastic when installed."""
-    del role
-    return WorkerActor
+    """The actor class of a role's workers: dlu-elastic's for elastic roles, else WorkerActor."""
+    path = worker_actor_path(role)
+    if path is None:
+        return WorkerActor
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _error_text(exc: BaseException) -> str:
