@@ -62,7 +62,9 @@ def generate(out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Regenerate the protobuf/gRPC code of dlu-elastic from proto/."
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output root (default: %(default)s)")
     args = parser.parse_args(argv)
     for path in generate(args.out):

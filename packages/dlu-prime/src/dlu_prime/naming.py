@@ -34,3 +34,8 @@ def shard_queue_name(job: str, queue: str) -> str:
 def job_prefix(job: str) -> str:
     """Every Ray name of the job starts with this."""
     return f"{job}{SEP}"
+
+
+def endpoint_key(role: str) -> str:
+    """Key under which a role's SubMaster publishes its endpoint in the PrimeMaster."""
+    return f"submaster/{role}"

@@ -77,7 +77,9 @@ def run_probe(
     process on a timeout instead of raising. Raises `ProbeError` when the probe did not finish,
     `ValueError` on bad arguments.
     """
-    _check_args(group_rank_in_pair, pair_size, master_port, backend, matmul_size, allreduce_mb, timeout_s)
+    _check_args(
+        group_rank_in_pair, pair_size, master_port, backend, device, matmul_size, allreduce_mb, timeout_s
+    )
     if fail:
         raise ProbeError(f"injected failure ({FAIL_ENV})")
     import torch
@@ -87,8 +89,6 @@ def run_probe(
         raise ProbeError("this process already has a default process group; probe in a fresh process")
     dev = torch.device(device)
     if backend == "nccl":
-        if dev.type != "cuda":
-            raise ValueError(f"backend nccl needs a cuda device, got {device!r}")
         torch.cuda.set_device(dev)
     host = f"[{master_addr}]" if ":" in master_addr and not master_addr.startswith("[") else master_addr
     try:
@@ -100,6 +100,7 @@ def run_probe(
             timeout=timedelta(seconds=timeout_s),
         )
     except Exception as exc:
+        _forget_failed_init()
         raise ProbeError(f"rendezvous at {host}:{master_port} failed: {_brief(exc)}") from exc
     try:
         return _measure(dev, pair_size, matmul_size, allreduce_mb, delay_s)
@@ -168,18 +169,37 @@ def _check_args(
     size: int,
     port: int,
     backend: str,
+    device: str,
     matmul_size: int,
     allreduce_mb: float,
     timeout_s: float,
 ) -> None:
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl" and not device.startswith("cuda"):
+        raise ValueError(f"backend nccl needs a cuda device, got {device!r}")
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"rank {rank} is not in a group of {size}")
     if not 0 < port < 65536:
         raise ValueError(f"bad master port {port}")
     if matmul_size < 1 or allreduce_mb <= 0 or timeout_s <= 0:
         raise ValueError("matmul_size, allreduce_mb and timeout_s must be positive")
+
+
+def _forget_failed_init() -> None:
+    """Undo what a failed `init_process_group` leaves behind.
+
+    It numbers the group before the rendezvous, and only `destroy_process_group` resets that
+    counter; a failed attempt left on one rank only would make the next group of this process
+    (the next probe, or the training's own group) wait on store keys its peers never write.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    else:
+        distributed_c10d._world.group_count = 0  # pyright: ignore[reportPrivateUsage]
 
 
 def _brief(exc: BaseException) -> str:

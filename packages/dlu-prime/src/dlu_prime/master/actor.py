@@ -99,6 +99,9 @@ class PrimeMaster:
     def lookup(self, key: str) -> dict[str, str] | None:
         return self.manager.lookup(key)
 
+    def record_event(self, kind: str, message: str, role: str | None = None) -> None:
+        self.manager.record_event(kind, message, role)
+
     def create_channel(self, name: str, capacity: int) -> Any:
         from dlu_prime.naming import channel_name
         from dlu_prime.runtime.channel import DataChannel

@@ -172,6 +172,12 @@ class PrimeManager:
             self.state.record("endpoint", f"{key} published at {value.get('address', '?')}", at=self.clock())
             self.save()
 
+    def record_event(self, kind: str, message: str, role: str | None = None) -> None:
+        """An event from a SubMaster (node check verdicts, in-place restarts), saved at once."""
+        with self._lock:
+            self.state.record(kind, message, role=role, at=self.clock())
+            self.save()
+
     def lookup(self, key: str) -> dict[str, str] | None:
         with self._lock:
             found = self.state.endpoints.get(key)

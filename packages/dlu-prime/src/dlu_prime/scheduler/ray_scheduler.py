@@ -123,6 +123,7 @@ class RayScheduler(Scheduler):
             config=dict(self.spec.config),
             workdir=self.workdir,
             role_sizes={r.name: r.total for r in self.spec.roles},
+            role_json=role.model_dump_json(),
         )
 
     def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
@@ -176,6 +177,7 @@ class RayScheduler(Scheduler):
             config=dict(self.spec.config),
             workdir=self.workdir,
             role_sizes={r.name: r.total for r in self.spec.roles},
+            role_json=role.model_dump_json(),
         )
         isolation = self.spec.master.isolation_resource
         handle = (

@@ -38,6 +38,8 @@ class WorkerInfo:
     config: dict[str, Any] = field(default_factory=dict[str, Any])
     workdir: str | None = None
     role_sizes: dict[str, int] = field(default_factory=dict[str, int])
+    role_json: str = ""  # the role's spec, for actors that need more than the entrypoint
+    run_id: str = ""
 
 
 def _ray_identity() -> tuple[str | None, list[str], bool]:

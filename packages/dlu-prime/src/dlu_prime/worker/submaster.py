@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from dlu_api.spec.models import RoleSpec
 from dlu_prime.master.state import ActorStage
-from dlu_prime.naming import NAMESPACE, actor_name
+from dlu_prime.naming import NAMESPACE, actor_name, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.entrypoint import EntrypointError
 
@@ -20,11 +21,28 @@ from dlu_prime.worker.entrypoint import EntrypointError
 class SubMaster:
     """Base class of a role's SubMaster. Override the hooks you need; defaults drive all workers."""
 
-    def __init__(self, job: str, role: str, world_size: int, config: dict[str, Any]) -> None:
+    def __init__(
+        self, job: str, role: str, world_size: int, config: dict[str, Any], spec: RoleSpec | None = None
+    ) -> None:
         self.job = job
         self.role = role
         self.world_size = world_size
         self.config = config
+        self.spec = spec
+
+    def record_event(self, kind: str, message: str) -> None:
+        """Add to the job's event timeline (kept by the PrimeMaster)."""
+        import ray
+
+        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        ray.get(master.record_event.remote(kind, message, self.role), timeout=30)
+
+    def publish(self, value: dict[str, str]) -> None:
+        """Publish this SubMaster's endpoint for its workers (saved by the PrimeMaster)."""
+        import ray
+
+        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        ray.get(master.publish.remote(endpoint_key(self.role), value), timeout=30)
 
     @property
     def workers(self) -> list[Any]:
@@ -90,7 +108,10 @@ class SubMasterActor(WorkerActor):
 
     def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
         cls = load_sub_master_class(self.info.entrypoint)
-        self.impl = cls(self.info.job, self.info.role, self.info.role_sizes[self.info.role], self.info.config)
+        spec = RoleSpec.model_validate_json(self.info.role_json) if self.info.role_json else None
+        self.impl = cls(
+            self.info.job, self.info.role, self.info.role_sizes[self.info.role], self.info.config, spec
+        )
         self.impl.setup()
         self.stage = ActorStage.READY
         return self.identity()

@@ -1,0 +1,131 @@
+"""One rendezvous round of N simulated agents over gRPC on loopback (DESIGN section 9: <= 1 s
+for 1,000 agents).
+
+The server is the real ElasticService (`dlu_elastic.rendezvous.service.serve`, thread pool) in
+its own process, as the ElasticMaster runs in its own actor. The agents are asyncio gRPC clients
+in this process (no torch): each joins, then polls GetRendezvous with the same back-off as
+`ElasticClient.wait_rendezvous` until its round is complete. The figure is the time from the
+first join to the moment the last agent holds its complete rank assignment; the ranks are then
+checked for consistency. Both sides share this machine's cores, so the figure is pessimistic.
+
+Usage: `uv run python benchmarks/rendezvous_scale.py [N ...]` (default 100 1000 4000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import sys
+import time
+from multiprocessing.connection import Connection
+
+import grpc
+from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
+
+TOKEN = "bench-token"
+BUDGET_S = 1.0
+BUDGET_N = 1000
+CHANNELS = 4  # agents share a few HTTP/2 connections, as many agents per client process would
+CALL_TIMEOUT_S = 30.0
+FIRST_POLL_S = 0.01
+POLL_INTERVAL_S = 0.1
+
+
+def _server_main(n: int, conn: Connection) -> None:
+    from dlu_elastic.rendezvous.service import ElasticServicer, serve
+    from dlu_elastic.rendezvous.state import Rendezvous
+
+    running = serve(
+        "127.0.0.1", 0, token=TOKEN, servicer=ElasticServicer(Rendezvous(min_nodes=n, max_nodes=n))
+    )
+    conn.send(running.port)
+    conn.recv()  # block until the driver says stop
+    running.stop(0)
+
+
+async def _agent(stub: pb_grpc.ElasticServiceStub, i: int) -> tuple[pb.RendezvousState, int]:
+    joined = await stub.JoinRendezvous(
+        pb.JoinRequest(
+            job_token=TOKEN,
+            agent_id=f"agent-{i:05d}",
+            node_id=f"node-{i:05d}",
+            local_ranks=8,
+            host=f"10.0.{i // 256}.{i % 256}",
+            free_port=29500,
+        ),
+        timeout=CALL_TIMEOUT_S,
+    )
+    calls = 1
+    delay = FIRST_POLL_S
+    while True:
+        state = await stub.GetRendezvous(
+            pb.GetRendezvousRequest(job_token=TOKEN, round=joined.round, agent_id=f"agent-{i:05d}"),
+            timeout=CALL_TIMEOUT_S,
+        )
+        calls += 1
+        if state.complete:
+            return state, calls
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, POLL_INTERVAL_S)
+
+
+async def _round(port: int, n: int) -> tuple[float, int]:
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(CHANNELS)]
+    try:
+        for channel in channels:
+            await asyncio.wait_for(channel.channel_ready(), timeout=10)
+        stubs = [pb_grpc.ElasticServiceStub(channel) for channel in channels]
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(_agent(stubs[i % CHANNELS], i) for i in range(n)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        for channel in channels:
+            await channel.close()
+    _check(n, [state for state, _ in results])
+    return elapsed, sum(calls for _, calls in results)
+
+
+def _check(n: int, states: list[pb.RendezvousState]) -> None:
+    """Every agent got a distinct group rank, node-major offsets and the same master."""
+    assert sorted(s.group_rank for s in states) == list(range(n)), "group ranks are not 0..n-1"
+    assert {s.world_size for s in states} == {8 * n}, "agents disagree on the world size"
+    assert all(s.rank_offset == 8 * s.group_rank for s in states), "rank offsets are not node-major"
+    assert len({(s.master_addr, s.master_port) for s in states}) == 1, "agents disagree on the master"
+
+
+def measure(n: int) -> tuple[float, int]:
+    ctx = multiprocessing.get_context("spawn")  # gRPC does not survive fork
+    parent, child = ctx.Pipe()
+    server = ctx.Process(target=_server_main, args=(n, child), daemon=True)
+    server.start()
+    try:
+        if not parent.poll(60):
+            raise RuntimeError("the rendezvous server did not start within 60 s")
+        port: int = parent.recv()
+        return asyncio.run(_round(port, n))
+    finally:
+        parent.send("stop")
+        server.join(10)
+        if server.is_alive():
+            server.kill()
+
+
+def main(sizes: list[int]) -> None:
+    results: dict[int, float] = {}
+    for n in sizes:
+        elapsed, calls = measure(n)
+        results[n] = elapsed
+        print(
+            f"rendezvous round, {n:>5} agents: {elapsed:.3f} s ({calls} RPCs, {calls / elapsed:,.0f} RPC/s)",
+            flush=True,
+        )
+    if BUDGET_N in results:
+        verdict = "within" if results[BUDGET_N] <= BUDGET_S else "OVER"
+        print(
+            f"rendezvous round of {BUDGET_N} agents: {results[BUDGET_N]:.3f} s ({verdict} the {BUDGET_S:g} s budget)"
+        )
+
+
+if __name__ == "__main__":
+    main([int(arg) for arg in sys.argv[1:]] or [100, 1000, 4000])

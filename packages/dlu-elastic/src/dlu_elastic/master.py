@@ -1,0 +1,152 @@
+"""ElasticMaster: the SubMaster of an elastic role.
+
+It serves the role's gRPC rendezvous, runs the node check before training (`check_child`),
+starts the ranks, and restarts training in place when a training process fails (tier 1 of the
+failover ladder): it opens a new rendezvous round, every rank sees its heartbeat refused as
+stale, stops its process and joins again, without any actor restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dlu.elastic.v1 import elastic_pb2 as pb
+
+from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
+from dlu_elastic.node_check.plan import NodeResult, judge, pair_round1, pair_round2, waves
+from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
+from dlu_elastic.rendezvous.state import Rendezvous
+from dlu_prime.worker.submaster import SubMaster
+
+logger = logging.getLogger(__name__)
+
+PROBE_GRACE_S = 30.0  # on top of the node check timeout: process start and teardown
+
+
+class ElasticMaster(SubMaster):
+    def setup(self) -> None:
+        if self.spec is None or self.spec.elastic is None:
+            raise RuntimeError(f"role {self.role}: the ElasticMaster needs the role's elastic settings")
+        self.elastic: ElasticSettings = self.spec.elastic
+        nproc = self.elastic.nproc_per_node
+        self.rendezvous = Rendezvous(
+            min_nodes=self.elastic.min_nodes * nproc,
+            max_nodes=self.elastic.max_nodes * nproc,
+            grace_s=self.elastic.rendezvous_grace_s,
+        )
+        self.token = secrets.token_urlsafe(24)
+        self._lock = threading.Lock()
+        self.restarts = 0
+        self.stopping = False
+        self.last_failure = ""
+        servicer = ElasticServicer(
+            self.rendezvous, on_heartbeat=self._on_heartbeat, on_failure=self._on_failure
+        )
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        self.server: RunningServer = serve(host, 0, token=self.token, servicer=servicer)
+        self.publish({"address": self.server.address, "token": self.token})
+        logger.info("role %s: elastic rendezvous serving at %s", self.role, self.server.address)
+
+    # node check --------------------------------------------------------------------------------
+    def check_child(self) -> None:
+        super().check_child()
+        settings = self.elastic.node_check
+        if not settings.enabled:
+            return
+        leaders = self._node_leaders()
+        nodes = sorted(leaders)
+        round1 = self._check_round(1, pair_round1(nodes), leaders, settings)
+        pairs2 = pair_round2(round1, settings)
+        round2 = self._check_round(2, pairs2, leaders, settings) if pairs2 else None
+        verdict = judge(round1, round2, settings)
+        scores = ", ".join(f"{n} {s:.3f}s" for n, s in sorted(verdict.scores.items()) if s is not None)
+        self.record_event("node_check", f"{verdict.summary()} (scores: {scores})")
+        if verdict.stragglers:
+            self.record_event("straggler", f"stragglers: {', '.join(verdict.stragglers)}")
+        if not verdict.ok:
+            raise RuntimeError(f"node check failed: {verdict.summary()}")
+
+    def _node_leaders(self) -> dict[str, Any]:
+        """One worker per node (local rank 0 of each group) runs the probe for its node."""
+        nproc = self.elastic.nproc_per_node
+        workers = self.workers
+        return {f"node-{rank // nproc}": workers[rank] for rank in range(0, self.world_size, nproc)}
+
+    def _check_round(
+        self,
+        round_no: int,
+        groups: list[tuple[str, ...]],
+        leaders: dict[str, Any],
+        settings: NodeCheckSettings,
+    ) -> dict[str, NodeResult]:
+        import ray
+
+        results: dict[str, NodeResult] = {}
+        for wave in waves(groups):
+            calls: dict[str, Any] = {}
+            for group in wave:
+                host, port = ray.get(leaders[group[0]].rendezvous_address.remote(), timeout=60)
+                for index, node in enumerate(group):
+                    calls[node] = leaders[node].node_check.remote(
+                        node, index, len(group), host, port, settings.model_dump_json()
+                    )
+            with ThreadPoolExecutor(max_workers=max(1, len(calls))) as pool:
+                futures = {
+                    node: pool.submit(ray.get, ref, timeout=settings.timeout_s + PROBE_GRACE_S)
+                    for node, ref in calls.items()
+                }
+                for node, future in futures.items():
+                    try:
+                        found: Any = future.result()
+                        results[node] = NodeResult(node, found.get("elapsed_s"), found.get("error"))
+                    except Exception as exc:
+                        results[node] = NodeResult(node, None, f"{type(exc).__name__}: {exc}")
+        logger.info("role %s: node check round %d: %s", self.role, round_no, results)
+        return results
+
+    # training ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.call_workers("start")
+
+    def recover_running(self) -> None:
+        """Ranks keep training; they find this master again through the published endpoint."""
+
+    def _on_heartbeat(self, request: pb.HeartbeatRequest) -> int:
+        return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
+
+    def _on_failure(self, report: pb.FailureReport) -> None:
+        """A training process failed: restart every rank in place, once per round (dedup)."""
+        with self._lock:
+            if report.round != self.rendezvous.round or self.stopping:
+                return  # the round already moved on: this failure is being handled
+            self.last_failure = report.error
+            limit = self.spec.max_restart if self.spec is not None else 0
+            if self.restarts >= limit:
+                self.stopping = True
+                message = (
+                    f"in-place restart limit {limit} reached; last failure on {report.agent_id}: "
+                    f"{_last_line(report.error)}"
+                )
+                self.record_event("restart_limit", message)
+                return
+            self.restarts += 1
+            new_round = self.rendezvous.new_round()
+        self.record_event(
+            "inplace_restart",
+            f"restart {self.restarts} (round {new_round}) after {report.agent_id} exited "
+            f"{report.exit_code}: {_last_line(report.error)}",
+        )
+
+    def stop(self) -> None:
+        self.server.stop(1.0)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no error text)"

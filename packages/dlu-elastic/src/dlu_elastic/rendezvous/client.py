@@ -1,0 +1,266 @@
+"""Agent side of the ElasticService: one small blocking client with a deadline on every call.
+
+Every gRPC failure surfaces as `RendezvousError` carrying the status code and the server's
+details, so callers branch on `error.code` (FAILED_PRECONDITION: join again; UNAUTHENTICATED:
+wrong job; UNAVAILABLE / DEADLINE_EXCEEDED: master unreachable) without touching grpc types.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
+
+_Response = TypeVar("_Response")
+_FIRST_POLL_S = 0.01  # first poll comes quickly: the round is often complete by then
+
+
+class RendezvousError(Exception):
+    """A failed ElasticService call: `code` is the gRPC status, `details` the server's message."""
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{method} failed: {code.name}: {details}")
+        self.method = method
+        self.code = code
+        self.details = details
+
+
+class ElasticClient:
+    """Blocking client of one ElasticMaster. `timeout_s` is the deadline of each call.
+
+    `wait_for_ready` makes calls wait (up to their deadline) for an unreachable master to come
+    back instead of failing at once with UNAVAILABLE.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        timeout_s: float = 10.0,
+        *,
+        wait_for_ready: bool = False,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.address = address
+        self.timeout_s = timeout_s
+        self._token = token
+        self._wait_for_ready = wait_for_ready
+        self._channel = grpc.insecure_channel(address, options=list(options))
+        self._stub = pb_grpc.ElasticServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> ElasticClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- rendezvous ---------------------------------------------------------------------------
+
+    def join(
+        self,
+        *,
+        agent_id: str,
+        node_id: str,
+        local_ranks: int,
+        host: str,
+        free_port: int,
+        node_rank_hint: int | None = None,
+        timeout_s: float | None = None,
+    ) -> pb.JoinResponse:
+        request = pb.JoinRequest(
+            job_token=self._token,
+            agent_id=agent_id,
+            node_id=node_id,
+            local_ranks=local_ranks,
+            host=host,
+            free_port=free_port,
+            node_rank_hint=node_rank_hint,
+        )
+        return self._call("JoinRendezvous", self._stub.JoinRendezvous, request, timeout_s)
+
+    def get_rendezvous(
+        self, *, round: int, agent_id: str, timeout_s: float | None = None
+    ) -> pb.RendezvousState:
+        request = pb.GetRendezvousRequest(job_token=self._token, round=round, agent_id=agent_id)
+        return self._call("GetRendezvous", self._stub.GetRendezvous, request, timeout_s)
+
+    def wait_rendezvous(
+        self,
+        *,
+        round: int,
+        agent_id: str,
+        poll_interval_s: float = 0.1,
+        timeout_s: float = 300.0,
+    ) -> pb.RendezvousState:
+        """Poll `round` until it is complete. Polls start fast and back off to `poll_interval_s`.
+
+        Raises RendezvousError: DEADLINE_EXCEEDED after `timeout_s` overall, FAILED_PRECONDITION
+        when the round was superseded (join again), or whatever the server answered.
+        """
+        deadline = time.monotonic() + timeout_s
+        delay = min(_FIRST_POLL_S, poll_interval_s)
+        while True:
+            state = self.get_rendezvous(
+                round=round,
+                agent_id=agent_id,
+                timeout_s=self._remaining(deadline, "GetRendezvous", f"round {round}"),
+            )
+            if state.complete:
+                return state
+            if time.monotonic() + delay >= deadline:
+                raise RendezvousError(
+                    "GetRendezvous",
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"round {round} not complete after {timeout_s:g} s ({state.joined_agents} agents joined)",
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, poll_interval_s)
+
+    def rendezvous(
+        self,
+        *,
+        agent_id: str,
+        node_id: str,
+        local_ranks: int,
+        host: str,
+        free_port: int,
+        node_rank_hint: int | None = None,
+        poll_interval_s: float = 0.1,
+        timeout_s: float = 300.0,
+    ) -> pb.RendezvousState:
+        """Join and wait until a round including this agent completes, joining again when the
+        round moves on under it or when it is parked as a spare. The common agent entry point."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            joined = self.join(
+                agent_id=agent_id,
+                node_id=node_id,
+                local_ranks=local_ranks,
+                host=host,
+                free_port=free_port,
+                node_rank_hint=node_rank_hint,
+                timeout_s=self._remaining(deadline, "JoinRendezvous", "the rendezvous"),
+            )
+            if not joined.accepted:  # the round is full: try again later
+                if time.monotonic() + poll_interval_s >= deadline:
+                    raise RendezvousError(
+                        "JoinRendezvous",
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"still a spare of full round {joined.round} after {timeout_s:g} s",
+                    )
+                time.sleep(poll_interval_s)
+                continue
+            try:
+                return self.wait_rendezvous(
+                    round=joined.round,
+                    agent_id=agent_id,
+                    poll_interval_s=poll_interval_s,
+                    timeout_s=max(deadline - time.monotonic(), 0.0),
+                )
+            except RendezvousError as exc:
+                if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def report_node_check(
+        self,
+        *,
+        round: int,
+        agent_id: str,
+        node_id: str,
+        elapsed_s: float,
+        success: bool,
+        error: str = "",
+        check_round: int = 0,
+        timeout_s: float | None = None,
+    ) -> None:
+        request = pb.NodeCheckReport(
+            job_token=self._token,
+            round=round,
+            agent_id=agent_id,
+            node_id=node_id,
+            elapsed_s=elapsed_s,
+            success=success,
+            error=error,
+            check_round=check_round,
+        )
+        self._call("ReportNodeCheck", self._stub.ReportNodeCheck, request, timeout_s)
+
+    def heartbeat(
+        self,
+        *,
+        round: int,
+        agent_id: str,
+        step: int,
+        metric: float | None = None,
+        timestamp: float | None = None,
+        timeout_s: float | None = None,
+    ) -> pb.Action:
+        """Send progress; returns what the master wants (ACTION_NONE, ACTION_RESTART, ACTION_STOP)."""
+        request = pb.HeartbeatRequest(
+            job_token=self._token,
+            round=round,
+            agent_id=agent_id,
+            step=step,
+            has_metric=metric is not None,
+            metric=0.0 if metric is None else metric,
+            timestamp=time.time() if timestamp is None else timestamp,
+        )
+        return self._call("Heartbeat", self._stub.Heartbeat, request, timeout_s).action
+
+    def report_failure(
+        self,
+        *,
+        round: int,
+        agent_id: str,
+        local_rank: int,
+        exit_code: int,
+        error: str = "",
+        timeout_s: float | None = None,
+    ) -> None:
+        request = pb.FailureReport(
+            job_token=self._token,
+            round=round,
+            agent_id=agent_id,
+            local_rank=local_rank,
+            exit_code=exit_code,
+            error=error,
+        )
+        self._call("ReportFailure", self._stub.ReportFailure, request, timeout_s)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _remaining(self, deadline: float, method: str, what: str) -> float:
+        """Per-call deadline: the client's timeout, cut to what is left of an overall wait."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RendezvousError(method, grpc.StatusCode.DEADLINE_EXCEEDED, f"timed out waiting for {what}")
+        return min(self.timeout_s, remaining)
+
+    def _call(
+        self,
+        method: str,
+        rpc: Callable[..., _Response],
+        request: object,
+        timeout_s: float | None,
+    ) -> _Response:
+        try:
+            return rpc(
+                request,
+                timeout=self.timeout_s if timeout_s is None else timeout_s,
+                wait_for_ready=self._wait_for_ready,
+            )
+        except grpc.RpcError as exc:
+            if isinstance(exc, grpc.Call):
+                raise RendezvousError(method, exc.code(), exc.details() or "") from None
+            raise RendezvousError(method, grpc.StatusCode.UNKNOWN, str(exc)) from None

@@ -1,0 +1,1 @@
+"""ElasticWorker actor and the training processes it forks."""

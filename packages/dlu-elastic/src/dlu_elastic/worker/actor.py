@@ -1,0 +1,280 @@
+"""ElasticWorker: the actor of one rank of an elastic role.
+
+The actor imports torch once, in a warm forkserver, during setup. Training runs in a process
+forked from it, so an in-place restart costs a fork and a rendezvous, not an actor restart and
+a fresh `import torch`. The actor is the rank's agent: it joins the ElasticMaster's rendezvous,
+sets torchrun's environment, relays heartbeats and failures, and restarts its process when
+the master opens a new round.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import grpc
+from dlu.elastic.v1 import elastic_pb2 as pb
+
+from dlu_api.spec.entrypoint import EntrypointKind
+from dlu_api.spec.models import ElasticSettings, RoleSpec
+from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
+from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
+from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
+from dlu_prime.master.state import ActorStage
+from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
+from dlu_prime.worker.actor import WorkerActor
+from dlu_prime.worker.entrypoint import EntrypointError, Outcome, Result
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 0.2  # how quickly a rank notices that the master restarted training
+POLL_INTERVAL_S = 0.02
+PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ElasticWorkerActor(WorkerActor):
+    # lifecycle ---------------------------------------------------------------------------------
+    def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
+        if env:
+            os.environ.update(env)
+        self.role_spec = RoleSpec.model_validate_json(self.info.role_json)
+        assert self.role_spec.elastic is not None
+        self.elastic: ElasticSettings = self.role_spec.elastic
+        self._check_entrypoint()
+        self.launcher = TrainingLauncher()
+        self.launcher.warm_up()
+        import ray
+
+        self.host = ray.util.get_node_ip_address()
+        self.process: TrainingProcess | None = None
+        self.rounds = 0
+        self.stage = ActorStage.READY
+        return self.identity()
+
+    def _check_entrypoint(self) -> None:
+        """Self check without importing user code (it runs in the training process)."""
+        spec = ProcessSpec(self.info.entrypoint, workdir=self.info.workdir)
+        try:
+            entry = spec.resolved_entrypoint()
+        except ValueError as exc:
+            raise EntrypointError(str(exc)) from exc
+        if entry.kind is EntrypointKind.SCRIPT:
+            path = (
+                entry.target
+                if os.path.isabs(entry.target)
+                else os.path.join(self.info.workdir or "", entry.target)
+            )
+            if not os.path.isfile(path):
+                raise EntrypointError(f"training script {entry.target!r} not found at {path}")
+        else:
+            import importlib.util
+
+            module = entry.module if entry.kind is EntrypointKind.OBJECT else entry.target
+            if importlib.util.find_spec(module) is None:
+                raise EntrypointError(f"training module {module!r} not found")
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """Where a node-check pair led by this rank meets."""
+        return self.host, free_port(self.host)
+
+    def node_check(
+        self, node: str, pair_rank: int, pair_size: int, host: str, port: int, settings: str
+    ) -> dict[str, Any]:
+        """Run the probe in a forked process; report its time or its error."""
+        env = {
+            PROBE_RANK_ENV: str(pair_rank),
+            PROBE_SIZE_ENV: str(pair_size),
+            PROBE_SETTINGS_ENV: settings,
+            PROBE_NODE_ENV: node,
+            "MASTER_ADDR": host,
+            "MASTER_PORT": str(port),
+        }
+        spec = ProcessSpec(PROBE_ENTRY, env=env, setup_process_group=False, device=self._device())
+        process = self.launcher.start(spec)
+        timeout = float(json.loads(settings)["timeout_s"]) * 3 + 10
+        code = process.wait(timeout)
+        if code is None:
+            process.terminate(1.0)
+            return {"node": node, "elapsed_s": None, "error": f"probe did not finish in {timeout:.0f}s"}
+        elapsed = [
+            e.metric for e in process.events() if e.kind is EventKind.HEARTBEAT and e.metric is not None
+        ]
+        if code != 0 or not elapsed:
+            error = process.last_failure or f"probe exited with code {code}"
+            return {"node": node, "elapsed_s": None, "error": error.strip().splitlines()[-1]}
+        return {"node": node, "elapsed_s": elapsed[-1], "error": None}
+
+    def _device(self) -> str:
+        return os.environ.get("DLU_DEVICE", "cpu")
+
+    def start(self) -> None:
+        if self.stage is ActorStage.RUNNING:
+            return
+        self.stage = ActorStage.RUNNING
+        self.started_at = time.time()
+        self.health.beat(None, None)
+        self._thread = threading.Thread(
+            target=self._agent, name=f"dlu-agent-{self.info.actor_name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.process is not None:
+            self.process.terminate(2.0)
+
+    # the agent loop ------------------------------------------------------------------------------
+    def _endpoint(self) -> dict[str, str]:
+        import ray
+
+        master = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
+        while not self._stop.is_set():
+            found: Any = ray.get(master.lookup.remote(endpoint_key(self.info.role)), timeout=30)
+            if found:
+                return dict(found)
+            time.sleep(0.1)
+        raise RuntimeError("stopped before the ElasticMaster published its endpoint")
+
+    def _agent(self) -> None:
+        try:
+            result = self._train()
+        except Exception as exc:
+            import traceback
+
+            result = Result(Outcome.FAILED, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        self.result = result
+        self.finished_at = time.time()
+        self.stage = ActorStage.FINISH if result.outcome is Outcome.SUCCESS else ActorStage.FAILED
+
+    def _train(self) -> Result:
+        endpoint = self._endpoint()
+        client = ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
+        try:
+            while not self._stop.is_set():
+                state = client.rendezvous(
+                    agent_id=self.info.actor_name,
+                    node_id=self.node_id or "",
+                    local_ranks=1,
+                    host=self.host,
+                    free_port=free_port(self.host),
+                    node_rank_hint=self.info.node_rank * self.info.local_world_size + self.info.local_rank,
+                    timeout_s=600.0,
+                )
+                self.rounds += 1
+                self.process = self.launcher.start(self._process_spec(state))
+                outcome = self._watch(client, state.round, self.process)
+                if outcome is not None:
+                    return outcome
+            return Result(Outcome.FAILED, "stopped")
+        finally:
+            client.close()
+
+    def _process_spec(self, state: pb.RendezvousState) -> ProcessSpec:
+        info = self.info
+        env = {
+            "RANK": str(state.rank_offset),
+            "WORLD_SIZE": str(state.world_size),
+            "LOCAL_RANK": str(info.local_rank),
+            "LOCAL_WORLD_SIZE": str(info.local_world_size),
+            "GROUP_RANK": str(info.node_rank),
+            "NODE_RANK": str(info.node_rank),
+            "ROLE_RANK": str(state.rank_offset),
+            "ROLE_WORLD_SIZE": str(state.world_size),
+            "MASTER_ADDR": state.master_addr,
+            "MASTER_PORT": str(state.master_port),
+            "TORCHELASTIC_RESTART_COUNT": str(self.rounds - 1),
+            "TORCHELASTIC_MAX_RESTARTS": str(self.role_spec.max_restart),
+            "TORCHELASTIC_RUN_ID": f"{info.job}-{info.role}",
+            "DLU_CONFIG_JSON": json.dumps(info.config),
+        }
+        return ProcessSpec(
+            info.entrypoint,
+            env=env,
+            workdir=info.workdir,
+            setup_process_group=self.elastic.setup_process_group,
+            backend=self.elastic.comm_backend.value,
+            device=self._device(),
+        )
+
+    def _watch(self, client: ElasticClient, round_: int, process: TrainingProcess) -> Result | None:
+        """Follow one training process. None: the master restarted training (run again)."""
+        last_beat = 0.0
+        while True:
+            for event in process.events():
+                if event.kind is EventKind.HEARTBEAT:
+                    self.health.beat(event.step, event.metric)
+                elif event.kind is EventKind.ERROR_REPORT and event.message:
+                    self.health.report(event.message)
+            code = process.poll()
+            if code == 0:
+                return Result(Outcome.SUCCESS)
+            if code is not None:
+                error = process.last_failure or f"training process exited with code {code}"
+                try:
+                    client.report_failure(
+                        round=round_,
+                        agent_id=self.info.actor_name,
+                        local_rank=self.info.local_rank,
+                        exit_code=code,
+                        error=error,
+                    )
+                except RendezvousError as exc:
+                    if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
+                        raise
+                action = self._wait_for_decision(client, round_)
+                return None if action == "restart" else Result(Outcome.FAILED, error)
+            now = time.monotonic()
+            if now - last_beat >= HEARTBEAT_INTERVAL_S:
+                last_beat = now
+                action = self._beat(client, round_)
+                if action != "none":
+                    process.terminate(2.0)
+                    if action == "stop":
+                        return Result(
+                            Outcome.FAILED, "the ElasticMaster stopped training (restart limit reached)"
+                        )
+                    return None
+            if self._stop.is_set():
+                process.terminate(2.0)
+                return Result(Outcome.FAILED, "stopped")
+            time.sleep(POLL_INTERVAL_S)
+
+    def _beat(self, client: ElasticClient, round_: int) -> str:
+        snapshot = self.health.snapshot()
+        try:
+            action = client.heartbeat(
+                round=round_,
+                agent_id=self.info.actor_name,
+                step=int(snapshot["step"]),
+                metric=snapshot["metric"],
+            )
+        except RendezvousError as exc:
+            if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
+                return "restart"  # the master opened a new round
+            raise
+        if action == pb.ACTION_RESTART:
+            return "restart"
+        if action == pb.ACTION_STOP:
+            return "stop"
+        return "none"
+
+    def _wait_for_decision(self, client: ElasticClient, round_: int) -> str:
+        """After our process failed: the master either restarts every rank or stops."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not self._stop.is_set():
+            action = self._beat(client, round_)
+            if action != "none":
+                return action
+            time.sleep(HEARTBEAT_INTERVAL_S)
+        return "stop"

@@ -1,0 +1,110 @@
+"""Entrypoints that tests/integration/test_training_process.py runs in forked training processes.
+
+Imported by module name with this directory as the working directory. Results go to files in
+the directory named by the OUT_DIR environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dlu_prime.runtime import current_worker, heartbeat, report_error
+
+
+def _out(name: str) -> Path:
+    return Path(os.environ["OUT_DIR"]) / name
+
+
+def _write(name: str, data: dict[str, Any]) -> None:
+    tmp = _out(name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(_out(name))
+
+
+def allreduce_sum() -> None:
+    """The process group is set up by the launcher: allreduce rank+1 and record what is seen."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(value)
+    heartbeat(1, float(value.item()))  # its timestamp marks "init + allreduce done"
+    worker = current_worker()
+    _write(
+        f"allreduce-{dist.get_rank()}.json",
+        {
+            "sum": value.item(),
+            "rank": dist.get_rank(),
+            "world_size": dist.get_world_size(),
+            "backend": dist.get_backend(),
+            "env": {k: v for k, v in os.environ.items() if k.isupper()},
+            "cwd": os.getcwd(),
+            "worker": {
+                "job": worker.job,
+                "role": worker.role,
+                "rank": worker.rank,
+                "world_size": worker.world_size,
+                "local_rank": worker.local_rank,
+                "local_world_size": worker.local_world_size,
+                "node_rank": worker.node_rank,
+                "actor_name": worker.actor_name,
+                "config": worker.config,
+                "device": worker.device,
+            },
+        },
+    )
+
+
+def allreduce_only() -> None:
+    """The smallest training step for the restart timing: allreduce and say when it is done."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    heartbeat(1, float(value.item()))
+
+
+def raise_error() -> None:
+    raise RuntimeError("boom from elastic_workloads")
+
+
+def exit_with_code() -> None:
+    raise SystemExit(int(os.environ.get("EXIT_CODE", "3")))
+
+
+def heartbeats() -> None:
+    steps = int(os.environ.get("STEPS", "50"))
+    for step in range(1, steps + 1):
+        heartbeat(step, step * 0.5)
+    report_error("loss is NaN at the last step (test report)")
+
+
+def hang() -> None:
+    """Run forever, with a subprocess of its own (as DataLoader workers would be)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    _write("hang.json", {"pid": os.getpid(), "child": child.pid})
+    heartbeat(0)
+    while True:
+        time.sleep(0.05)
+
+
+def hang_ignoring_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    heartbeat(0)
+    while True:
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":  # run as `-m elastic_workloads args...`
+    _write(
+        "module-argv.json",
+        {"argv": sys.argv, "name": __name__, "rank": os.environ.get("RANK"), "cwd": os.getcwd()},
+    )

@@ -1,0 +1,413 @@
+"""Training processes forked from a forkserver with torch preloaded (dlu_elastic.worker.process).
+
+Real processes, real gloo on loopback; the entrypoints are in elastic_workloads.py and
+elastic_script.py next to this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlu_elastic.worker.process import (
+    EventKind,
+    ProcessEvent,
+    ProcessSpec,
+    TrainingLauncher,
+    TrainingProcess,
+)
+
+HERE = Path(__file__).resolve().parent
+WORKDIR = str(HERE)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_env(
+    rank: int, world: int, port: int, out_dir: Path, *, local_world: int | None = None, **extra: str
+) -> dict[str, str]:
+    """torchrun's environment for `rank` of `world` on nodes of `local_world` processes."""
+    local = local_world or world
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % local),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(local),
+        "GROUP_RANK": str(rank // local),
+        "NODE_RANK": str(rank // local),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "3",
+        "TORCHELASTIC_RUN_ID": "test-run",
+        "OUT_DIR": str(out_dir),
+    }
+    env.update(extra)
+    return env
+
+
+def wait_all(procs: list[TrainingProcess], timeout: float = 60.0) -> list[int | None]:
+    deadline = time.monotonic() + timeout
+    return [p.wait(max(0.0, deadline - time.monotonic())) for p in procs]
+
+
+def kinds(events: list[ProcessEvent]) -> list[EventKind]:
+    return [e.kind for e in events]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[TrainingLauncher]:
+    launcher = TrainingLauncher()
+    launcher.warm_up()
+    yield launcher
+    launcher.shutdown(grace_s=1.0)
+
+
+@pytest.mark.timeout(180)
+def test_warm_up_preloads_torch(launcher: TrainingLauncher) -> None:
+    assert launcher.preloaded is True
+    assert launcher.warm_up_s is not None
+    assert launcher.warm_up() == launcher.warm_up_s  # idempotent
+    assert {"torch", "torch.distributed", "dlu_elastic.worker.process"} <= set(launcher.preload)
+
+
+@pytest.mark.timeout(120)
+def test_function_entrypoint_gloo_allreduce_4_processes(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    port = free_port()
+    config = {"lr": 0.1, "name": "tiny"}
+    procs = [
+        launcher.start(
+            ProcessSpec(
+                "elastic_workloads:allreduce_sum",
+                env=torchrun_env(
+                    rank,
+                    4,
+                    port,
+                    tmp_path,
+                    local_world=2,
+                    DLU_JOB="job-a",
+                    DLU_ROLE="trainer",
+                    DLU_ACTOR=f"job-a-trainer-{rank}",
+                    DLU_CONFIG_JSON=json.dumps(config),
+                ),
+                workdir=WORKDIR,
+            )
+        )
+        for rank in range(4)
+    ]
+    assert wait_all(procs) == [0, 0, 0, 0], [p.last_failure for p in procs]
+    for rank, proc in enumerate(procs):
+        result = read_json(tmp_path / f"allreduce-{rank}.json")
+        assert result["sum"] == 1 + 2 + 3 + 4
+        assert result["world_size"] == 4
+        assert result["backend"] == "gloo"
+        assert result["cwd"] == WORKDIR
+        assert result["env"]["LOCAL_RANK"] == str(rank % 2)
+        assert result["env"]["TORCHELASTIC_RUN_ID"] == "test-run"
+        assert result["env"]["DLU_DEVICE"] == "cpu"
+        assert result["worker"] == {
+            "job": "job-a",
+            "role": "trainer",
+            "rank": rank,
+            "world_size": 4,
+            "local_rank": rank % 2,
+            "local_world_size": 2,
+            "node_rank": rank // 2,
+            "actor_name": f"job-a-trainer-{rank}",
+            "config": config,
+            "device": "cpu",
+        }
+        events = proc.events()
+        assert kinds(events) == [EventKind.STARTED, EventKind.HEARTBEAT]
+        assert "torch preloaded: True" in (events[0].message or "")
+        assert events[1].step == 1 and events[1].metric == 10.0
+        assert proc.events() == []  # drained
+
+
+@pytest.mark.timeout(120)
+def test_two_launchers_form_one_group(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    """Two "nodes" (launchers) with two processes each, as two ElasticWorker actors would."""
+    second = TrainingLauncher()
+    second.warm_up()
+    port = free_port()
+    procs: list[TrainingProcess] = []
+    for node, owner in enumerate((launcher, second)):
+        for local in range(2):
+            rank = node * 2 + local
+            env = torchrun_env(rank, 4, port, tmp_path, local_world=2)
+            procs.append(
+                owner.start(ProcessSpec("elastic_workloads.allreduce_sum", env=env, workdir=WORKDIR))
+            )
+    assert wait_all(procs) == [0, 0, 0, 0], [p.last_failure for p in procs]
+    assert [read_json(tmp_path / f"allreduce-{r}.json")["sum"] for r in range(4)] == [10.0] * 4
+    assert [read_json(tmp_path / f"allreduce-{r}.json")["worker"]["node_rank"] for r in range(4)] == [
+        0,
+        0,
+        1,
+        1,
+    ]
+    second.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_exception_exits_1_with_traceback_in_events(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_workloads:raise_error",
+            env={"OUT_DIR": str(tmp_path)},
+            workdir=WORKDIR,
+            setup_process_group=False,
+        )
+    )
+    assert proc.wait(30) == 1
+    failures = [e for e in proc.events() if e.kind is EventKind.FAILURE]
+    assert len(failures) == 1
+    text = failures[0].message or ""
+    assert "Traceback (most recent call last)" in text
+    assert "RuntimeError: boom from elastic_workloads" in text
+    assert "in raise_error" in text
+    assert proc.last_failure == text
+
+
+@pytest.mark.timeout(60)
+def test_exit_codes_and_import_errors(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    env = {"OUT_DIR": str(tmp_path), "EXIT_CODE": "7"}
+    exiting = launcher.start(
+        ProcessSpec("elastic_workloads:exit_with_code", env=env, workdir=WORKDIR, setup_process_group=False)
+    )
+    missing = launcher.start(
+        ProcessSpec("no_such_module_xyz:main", env=env, workdir=WORKDIR, setup_process_group=False)
+    )
+    assert exiting.wait(30) == 7
+    assert "exited with code 7" in (exiting.last_failure or "")
+    assert missing.wait(30) == 1
+    assert "no_such_module_xyz" in (missing.last_failure or "")
+
+    # Mistakes found before forking.
+    with pytest.raises(ValueError, match="RANK"):
+        launcher.start(ProcessSpec("elastic_workloads:allreduce_sum", env={}, workdir=WORKDIR))
+    with pytest.raises(FileNotFoundError):
+        launcher.start(ProcessSpec("missing_script.py --x 1", workdir=WORKDIR))
+    with pytest.raises(ValueError):
+        launcher.start(ProcessSpec("not an entrypoint", workdir=WORKDIR))
+    with pytest.raises(ValueError, match="backend"):
+        ProcessSpec("elastic_workloads:allreduce_sum", backend="mpi")
+
+
+@pytest.mark.timeout(60)
+def test_script_entrypoint_gets_argv(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_script.py --x 1 --name 'a b'",
+            env={"OUT_DIR": str(tmp_path), "RANK": "0"},
+            workdir=WORKDIR,
+        )
+    )
+    assert proc.wait(30) == 0, proc.last_failure
+    record = read_json(tmp_path / "script-0.json")
+    assert record["argv"] == [str(HERE / "elastic_script.py"), "--x", "1", "--name", "a b"]
+    assert record["name"] == "__main__"
+    assert record["cwd"] == WORKDIR
+
+
+@pytest.mark.timeout(60)
+def test_module_entrypoint_gets_argv(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc = launcher.start(
+        ProcessSpec(
+            "-m elastic_workloads --y 2", env={"OUT_DIR": str(tmp_path), "RANK": "0"}, workdir=WORKDIR
+        )
+    )
+    assert proc.wait(30) == 0, proc.last_failure
+    record = read_json(tmp_path / "module-argv.json")
+    assert record["argv"] == [str(HERE / "elastic_workloads.py"), "--y", "2"]
+    assert record["name"] == "__main__"
+
+
+@pytest.mark.timeout(120)
+def test_torchrun_command_runs_its_script_on_each_rank(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    """An unmodified torchrun script sets up its own process group from torchrun's environment."""
+    port = free_port()
+    command = "torchrun --nnodes=1 --nproc-per-node=2 elastic_script.py --x 1"
+    procs = [
+        launcher.start(ProcessSpec(command, env=torchrun_env(rank, 2, port, tmp_path), workdir=WORKDIR))
+        for rank in range(2)
+    ]
+    assert wait_all(procs) == [0, 0], [p.last_failure for p in procs]
+    for rank in range(2):
+        record = read_json(tmp_path / f"script-{rank}.json")
+        assert record["argv"] == [str(HERE / "elastic_script.py"), "--x", "1"]
+        assert record["sum"] == 3.0
+        assert record["world_size"] == 2
+
+
+@pytest.mark.timeout(60)
+def test_heartbeats_arrive_in_order(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_workloads:heartbeats",
+            env={"OUT_DIR": str(tmp_path), "STEPS": "200"},
+            workdir=WORKDIR,
+            setup_process_group=False,
+        )
+    )
+    assert proc.wait(30) == 0, proc.last_failure
+    events = proc.events()
+    beats = [e for e in events if e.kind is EventKind.HEARTBEAT]
+    assert [e.step for e in beats] == list(range(1, 201))
+    assert [e.metric for e in beats] == [s * 0.5 for s in range(1, 201)]
+    times = [e.time for e in beats]
+    assert times == sorted(times)
+    assert events[0].kind is EventKind.STARTED
+    assert events[-1].kind is EventKind.ERROR_REPORT
+    assert "loss is NaN" in (events[-1].message or "")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0): look at its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def _wait_for_heartbeat(proc: TrainingProcess, timeout: float = 30.0) -> list[ProcessEvent]:
+    deadline = time.monotonic() + timeout
+    seen: list[ProcessEvent] = []
+    while time.monotonic() < deadline:
+        seen += proc.events()
+        if any(e.kind is EventKind.HEARTBEAT for e in seen):
+            return seen
+        assert proc.poll() is None, proc.last_failure
+        time.sleep(0.02)
+    raise AssertionError(f"no heartbeat within {timeout} s: {seen}")
+
+
+@pytest.mark.timeout(60)
+def test_terminate_hung_process_and_its_children(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_workloads:hang",
+            env={"OUT_DIR": str(tmp_path)},
+            workdir=WORKDIR,
+            setup_process_group=False,
+        )
+    )
+    _wait_for_heartbeat(proc)
+    grandchild = read_json(tmp_path / "hang.json")["child"]
+    assert proc.poll() is None
+    t0 = time.monotonic()
+    code = proc.terminate(grace_s=5.0)
+    elapsed = time.monotonic() - t0
+    print(f"terminate (SIGTERM honoured): {elapsed:.3f} s, exit code {code}")
+    assert code == -signal.SIGTERM
+    assert elapsed < 5.0
+    deadline = time.monotonic() + 5.0
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(grandchild), "the training process's own subprocess outlived terminate()"
+
+
+@pytest.mark.timeout(60)
+def test_terminate_escalates_to_kill_after_grace(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_workloads:hang_ignoring_sigterm",
+            env={"OUT_DIR": str(tmp_path)},
+            workdir=WORKDIR,
+            setup_process_group=False,
+        )
+    )
+    _wait_for_heartbeat(proc)
+    t0 = time.monotonic()
+    code = proc.terminate(grace_s=1.0)
+    elapsed = time.monotonic() - t0
+    print(f"terminate (SIGTERM ignored, grace 1 s): {elapsed:.3f} s, exit code {code}")
+    assert code == -signal.SIGKILL
+    assert 0.9 <= elapsed < 4.0
+    assert proc.poll() == -signal.SIGKILL
+    assert proc.terminate() == -signal.SIGKILL  # idempotent
+
+
+@pytest.mark.timeout(120)
+def test_training_process_dies_with_its_launcher(tmp_path: Path) -> None:
+    """A killed actor leaves no training process (nor its subprocesses) behind."""
+    driver = f"""
+import os, signal, time
+from dlu_elastic.worker.process import ProcessSpec, TrainingLauncher
+launcher = TrainingLauncher()
+spec = ProcessSpec("elastic_workloads:hang", env={{"OUT_DIR": {str(tmp_path)!r}}}, workdir={WORKDIR!r},
+                   setup_process_group=False)
+proc = launcher.start(spec)
+deadline = time.time() + 60
+while not os.path.exists({str(tmp_path / "hang.json")!r}) and time.time() < deadline:
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, timeout=100)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
+    record = read_json(tmp_path / "hang.json")
+    deadline = time.monotonic() + 10.0
+    while not (_gone(record["pid"]) and _gone(record["child"])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(record["pid"]), "the training process outlived its launcher"
+    assert _gone(record["child"]), "the training process's subprocess outlived its launcher"
+
+
+def _in_place_start(launcher: TrainingLauncher, tmp_path: Path) -> float:
+    """Seconds from the first start() to the last rank's "allreduce done" heartbeat, 4 ranks."""
+    port = free_port()
+    t0 = time.time()
+    procs = [
+        launcher.start(
+            ProcessSpec(
+                "elastic_workloads:allreduce_only", env=torchrun_env(r, 4, port, tmp_path), workdir=WORKDIR
+            )
+        )
+        for r in range(4)
+    ]
+    assert wait_all(procs) == [0, 0, 0, 0], [p.last_failure for p in procs]
+    done = [e.time for p in procs for e in p.events() if e.kind is EventKind.HEARTBEAT]
+    assert len(done) == 4
+    return max(done) - t0
+
+
+@pytest.mark.timeout(180)
+def test_restart_is_far_cheaper_than_a_fresh_import_torch(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    _in_place_start(launcher, tmp_path)  # first round: page cache, gloo's first use
+    in_place = statistics.median(_in_place_start(launcher, tmp_path) for _ in range(3))
+    cold_runs: list[float] = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True, capture_output=True)
+        cold_runs.append(time.perf_counter() - t0)
+    cold = min(cold_runs)
+    print(
+        f"in-place start of 4 ranks to gloo init + allreduce done: {in_place:.3f} s (median of 3); "
+        f"fresh `python -c 'import torch'`: {cold:.3f} s (best of 2); ratio {in_place / cold:.3f}"
+    )
+    assert in_place < 0.5 * cold  # typically 0.05-0.15 here; loose for a loaded machine
