@@ -124,6 +124,21 @@ def test_four_agents_in_threads_get_consistent_ranks() -> None:
     assert {(s.master_addr, s.master_port) for s in states.values()} == {("127.0.0.1", 29500)}
 
 
+def test_node_rank_hint_travels_and_picks_the_torch_master() -> None:
+    master = start_master(min_nodes=2, max_nodes=2)
+    try:
+        with master.client() as client:
+            client.join(**join_args(0))
+            hinted = join_args(1)
+            hinted["node_rank_hint"] = 0
+            client.join(**hinted)
+            state = client.wait_rendezvous(round=1, agent_id="agent-0", timeout_s=5)
+    finally:
+        master.server.stop(0)
+    assert (state.group_rank, state.rank_offset) == (1, 2)
+    assert (state.master_addr, state.master_port) == ("127.0.0.1", 29501)
+
+
 def test_membership_change_moves_everyone_to_the_next_round() -> None:
     master = start_master(min_nodes=2, max_nodes=3, grace_s=0.2)
     try:

@@ -140,6 +140,7 @@ class ElasticClient:
         """Join and wait until a round including this agent completes, joining again when the
         round moves on under it or when it is parked as a spare. The common agent entry point."""
         deadline = time.monotonic() + timeout_s
+        rejoin_delay = 0.0  # the first re-join after a superseded round is immediate
         while True:
             joined = self.join(
                 agent_id=agent_id,
@@ -169,6 +170,8 @@ class ElasticClient:
             except RendezvousError as exc:
                 if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
                     raise
+            time.sleep(min(rejoin_delay, max(deadline - time.monotonic(), 0.0)))
+            rejoin_delay = poll_interval_s  # rounds churning: do not hammer the master
 
     # -- reports ------------------------------------------------------------------------------
 

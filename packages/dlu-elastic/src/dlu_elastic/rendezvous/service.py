@@ -1,14 +1,16 @@
 """The ElasticService gRPC server: a thin servicer over the pure `Rendezvous`, and `serve`.
 
-Refusals are decided in ONE place, the `_Guard` interceptor that wraps every method: it checks
-the job token before the servicer sees the request (UNAUTHENTICATED), and turns what the servicer
-raises into a status: `InvalidRequestError` -> INVALID_ARGUMENT, a stale round or a non-member ->
+Refusals are decided in ONE place, the `_Guard` interceptor that wraps every method: bytes that
+do not decode -> INVALID_ARGUMENT (gRPC alone would say INTERNAL); a missing or wrong job token
+-> UNAUTHENTICATED before the servicer sees the request; then what the servicer raises becomes
+a status: `InvalidRequestError` -> INVALID_ARGUMENT, a stale round or a non-member ->
 FAILED_PRECONDITION, anything else -> INTERNAL (logged with its traceback). So no request,
 however malformed, can take the master down, and the servicer methods read as the happy path.
 
 The ElasticMaster plugs its logic in through plain callables (`on_node_check`, `on_heartbeat`,
-`on_failure`); they run on the server's worker threads, after the request was authenticated,
-validated and matched to the current round, so they must be thread-safe and quick.
+`on_failure`); they run on the server's few worker threads, after the request was
+authenticated, validated and matched to the current round, so they must be thread-safe and
+quick: hand anything slow (Ray calls, restarts) to another thread.
 """
 
 from __future__ import annotations
@@ -251,13 +253,14 @@ def serve(
     *,
     token: str,
     servicer: ElasticServicer,
-    max_workers: int = 16,
+    max_workers: int = 4,
     options: Sequence[tuple[str, Any]] = (),
 ) -> RunningServer:
     """Start the ElasticService on `host:port` (0 picks a free port) and return at once.
 
-    `options` are extra gRPC server arguments (see `_SERVER_OPTIONS` for ours). Raises OSError
-    when the address cannot be bound.
+    Few workers on purpose: handlers hold the GIL for microseconds, and more threads only add
+    contention (measured with benchmarks/rendezvous_scale.py). `options` are extra gRPC server
+    arguments (see `_SERVER_OPTIONS` for ours). Raises OSError when the address is taken.
     """
     if not token:
         raise ValueError("serve() needs a non-empty job token: the service never runs unauthenticated")
