@@ -10,6 +10,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PACKAGES = ("dlu_api", "dlu_prime", "dlu_elastic", "dlu_store_redis")
+MODULES = (*PACKAGES, "dlu.elastic.v1.elastic_pb2_grpc", "dlu_elastic.master", "dlu_elastic.worker.actor")
 
 
 def _run(*cmd: str | Path, cwd: Path | None = None) -> str:
@@ -37,7 +38,7 @@ def test_built_wheels_install_and_import(tmp_path: Path, repo_root: Path, uv_bin
 
     code = (
         "import importlib, sys\n"
-        f"for name in {PACKAGES!r}:\n"
+        f"for name in {MODULES!r}:\n"
         "    module = importlib.import_module(name)\n"
         "    assert '/packages/' not in module.__file__, module.__file__\n"
         "print('imported')\n"
