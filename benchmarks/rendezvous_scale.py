@@ -24,6 +24,7 @@ import time
 from multiprocessing.connection import Connection
 
 import grpc
+
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
 

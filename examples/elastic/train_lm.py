@@ -103,7 +103,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pad each step (benchmarks)")
-    parser.add_argument("--checkpoint-dir", default="/tmp/dlu-lm-ckpt")
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("LM_CHECKPOINT_DIR", "/tmp/dlu-lm-checkpoints"),
+        help="where checkpoints go (default: $LM_CHECKPOINT_DIR or /tmp/dlu-lm-checkpoints)",
+    )
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--crash-rank", type=int, default=0)
@@ -134,6 +138,12 @@ def main() -> None:
         if rank == 0:
             print(f"resumed from step {start}", flush=True)
 
+    final_file = ckpt_dir / "final_loss.txt"
+    if start >= args.steps and final_file.exists():
+        if rank == 0:
+            print(f"already trained to step {start}; final loss {final_file.read_text().strip()}", flush=True)
+        dist.destroy_process_group()
+        return
     loss_value = math.nan
     for step in range(start, args.steps):
         began = time.perf_counter()
@@ -160,7 +170,7 @@ def main() -> None:
             time.sleep(pad)
     if rank == 0:
         print(f"final loss {loss_value:.6f} after {args.steps} steps on {world} ranks", flush=True)
-        (ckpt_dir / "final_loss.txt").write_text(f"{loss_value:.6f}\n")
+        final_file.write_text(f"{loss_value:.6f}\n")
     dist.destroy_process_group()
 
 

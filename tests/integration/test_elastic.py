@@ -144,3 +144,27 @@ def test_node_check_failure_stops_the_job_naming_the_node(ray_session: Any) -> N
     assert status.stage.value == "STOPPED"  # never stuck in READY
     assert status.exit_code == 1
     assert "node check failed" in status.reason and "node-1" in status.reason
+
+
+def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
+    spec = spec_from_dict(
+        {
+            "name": "el-rpc",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "health": {"monitor_interval_s": 0.2},
+            "roles": [
+                {"name": "trainer", "entrypoint": "workloads:drive_policy", "resources": {"cpu": 0.1}},
+                {
+                    "name": "policy",
+                    "kind": "elastic",
+                    "entrypoint": "workloads:PolicyShard",
+                    "is_driver": False,
+                    "resources": {"cpu": 0.25},
+                    "elastic": {"nnodes": 1, "nproc_per_node": 2, "node_check": {"enabled": False}},
+                },
+            ],
+        }
+    )
+    status = run(spec)
+    assert status.exit_code == 0, status.reason

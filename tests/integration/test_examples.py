@@ -46,24 +46,29 @@ def test_hello(ray_session: Any) -> None:
     run_example("examples/hello/job.yaml")
 
 
+@pytest.mark.timeout(400)
 def test_readme_run_command(tmp_path: Path) -> None:
-    """`dlu run examples/pipeline/job.yaml`, as the README says, in its own process and Ray."""
+    """`dlu run examples/elastic/job.yaml`, as the README says, in its own process and Ray."""
     env = {
         **os.environ,
         "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-readme-", dir="/tmp"),
         "DLU_HOME": str(tmp_path),
+        "LM_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
     }
     dlu = Path(sys.executable).parent / "dlu"
     done = subprocess.run(
-        [str(dlu), "run", "examples/pipeline/job.yaml"],
+        [str(dlu), "run", "examples/elastic/job.yaml"],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=380,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "job pipeline: STOPPED (exit code 0)" in done.stdout
-    assert "[pipeline] stage RUNNING" in done.stdout
-    assert (tmp_path / "jobs" / "pipeline.json").is_file()  # `dlu status pipeline` reads it
+    assert "job lm: STOPPED (exit code 0)" in done.stdout
+    assert "[lm] stage RUNNING" in done.stdout
+    assert "node_check" in done.stdout
+    assert "final loss" in done.stdout + done.stderr
+    assert (tmp_path / "ckpt" / "final_loss.txt").is_file()
+    assert (tmp_path / "jobs" / "lm.json").is_file()  # `dlu status lm` reads it

@@ -13,8 +13,8 @@ from typing import NotRequired, TypedDict, cast
 
 import grpc
 import pytest
-from dlu.elastic.v1 import elastic_pb2 as pb
 
+from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
 from dlu_elastic.rendezvous.state import Rendezvous

@@ -135,3 +135,30 @@ def steps_with_progress() -> None:
     for step in range(int(worker.config.get("steps", 40))):
         time.sleep(0.1)
         heartbeat(step)
+
+
+class PolicyShard:
+    """An elastic RL role as a class: its ranks share a process group; the trainer calls it."""
+
+    @rpc
+    def train_step(self, value: float) -> float:
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor([value])
+        dist.all_reduce(tensor)
+        return float(tensor.item())
+
+    @rpc
+    def world(self) -> tuple[int, int]:
+        import torch.distributed as dist
+
+        return dist.get_rank(), dist.get_world_size()
+
+
+def drive_policy() -> None:
+    from dlu_prime.runtime import role_group
+
+    policy = role_group("policy")
+    assert sorted(policy.call("world", timeout=120)) == [(0, 2), (1, 2)]
+    assert policy.scatter("train_step", [1.0, 2.0], timeout=120) == [3.0, 3.0]

@@ -29,6 +29,7 @@ class ActorStatus(BaseModel):
     stage: str
     node_id: str | None = None
     restart_count: int = 0
+    step: int | None = Field(default=None, description="Last training step the actor reported.")
 
 
 class RoleStatus(BaseModel):

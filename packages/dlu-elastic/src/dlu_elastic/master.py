@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
-
 from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
 from dlu_elastic.node_check.plan import NodeResult, judge, pair_round1, pair_round2, waves
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve

@@ -9,11 +9,13 @@ from collections.abc import Callable
 from dlu_api.status import JobEvent, JobStatus, RoleStatus
 
 
-def role_line(role: RoleStatus) -> str:
+def role_line(role: RoleStatus, with_step: bool = False) -> str:
     stages = Counter(a.stage for a in role.actors)
     stage_text = ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items())) or "no actors"
     restarts = f", {role.restart_count} restart(s)" if role.restart_count else ""
-    return f"  {role.name} ({role.kind}): {stage_text}{restarts}"
+    steps = [a.step for a in role.actors if a.step is not None]
+    step = f", step {max(steps)}" if with_step and steps else ""
+    return f"  {role.name} ({role.kind}): {stage_text}{restarts}{step}"
 
 
 def event_line(event: JobEvent, t0: float | None = None) -> str:
@@ -36,7 +38,7 @@ def status_text(status: JobStatus, events: int = 10) -> str:
         lines.append(f"job restarts: {status.job_restart_count}")
     if status.roles:
         lines.append("roles:")
-        lines += [role_line(r) for r in status.roles]
+        lines += [role_line(r, with_step=True) for r in status.roles]
     if status.events and events:
         lines.append(f"last {min(events, len(status.events))} event(s):")
         lines += [event_line(e) for e in status.events[-events:]]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
+
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
 

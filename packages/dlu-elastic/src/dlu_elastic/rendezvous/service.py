@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
+
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
-
 from dlu_elastic.rendezvous.state import (
     AgentInfo,
     InvalidRequestError,

@@ -18,9 +18,9 @@ import time
 from typing import Any
 
 import grpc
-from dlu.elastic.v1 import elastic_pb2 as pb
 
-from dlu_api.spec.entrypoint import EntrypointKind
+from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, RoleSpec
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
@@ -28,13 +28,33 @@ from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher,
 from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor
-from dlu_prime.worker.entrypoint import EntrypointError, Outcome, Result
+from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 0.2  # how quickly a rank notices that the master restarted training
 POLL_INTERVAL_S = 0.02
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
+
+
+def is_class_entrypoint(text: str, workdir: str | None) -> bool:
+    """Whether 'module:Name' names a class, read from the module's source without importing it
+    (importing would load torch into the actor for nothing when it is a function)."""
+    import ast
+    import importlib.util
+    import sys
+
+    entry = parse_entrypoint(text)
+    if entry.kind is not EntrypointKind.OBJECT or "." in entry.attr:
+        return False
+    if workdir and workdir not in sys.path:
+        sys.path.insert(0, workdir)
+    found = importlib.util.find_spec(entry.module)
+    if found is None or not found.origin or not found.origin.endswith(".py"):
+        return False
+    with open(found.origin, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    return any(isinstance(node, ast.ClassDef) and node.name == entry.attr for node in tree.body)
 
 
 def free_port(host: str) -> int:
@@ -52,8 +72,10 @@ class ElasticWorkerActor(WorkerActor):
         assert self.role_spec.elastic is not None
         self.elastic: ElasticSettings = self.role_spec.elastic
         self._check_entrypoint()
+        self.class_mode = is_class_entrypoint(self.info.entrypoint, self.info.workdir)
         self.launcher = TrainingLauncher()
-        self.launcher.warm_up()
+        if not self.class_mode:
+            self.launcher.warm_up()
         import ray
 
         self.host = ray.util.get_node_ip_address()
@@ -121,6 +143,9 @@ class ElasticWorkerActor(WorkerActor):
     def start(self) -> None:
         if self.stage is ActorStage.RUNNING:
             return
+        if self.class_mode:
+            self._start_in_actor()
+            return
         self.stage = ActorStage.RUNNING
         self.started_at = time.time()
         self.health.beat(None, None)
@@ -128,6 +153,25 @@ class ElasticWorkerActor(WorkerActor):
             target=self._agent, name=f"dlu-agent-{self.info.actor_name}", daemon=True
         )
         self._thread.start()
+
+    def _start_in_actor(self) -> None:
+        """A class with @rpc methods (an RL role) lives in the actor: one rendezvous, a process
+        group in this process, then the instance serves calls (and runs run(), if it has one)."""
+        endpoint = self._endpoint()
+        client = ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
+        try:
+            state = client.rendezvous(**self._join_args(), timeout_s=600.0)
+        finally:
+            client.close()
+        spec = self._process_spec(state)
+        os.environ.update({**spec.env, "DLU_DEVICE": spec.device})
+        if spec.setup_process_group:
+            import torch.distributed as dist
+
+            dist.init_process_group(spec.resolved_backend())
+        self.entry = LoadedEntrypoint(self.info.entrypoint, self.info.workdir)
+        self._rpc_ready.set()
+        super().start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -162,15 +206,7 @@ class ElasticWorkerActor(WorkerActor):
         client = ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
         try:
             while not self._stop.is_set():
-                state = client.rendezvous(
-                    agent_id=self.info.actor_name,
-                    node_id=self.node_id or "",
-                    local_ranks=1,
-                    host=self.host,
-                    free_port=free_port(self.host),
-                    node_rank_hint=self.info.node_rank * self.info.local_world_size + self.info.local_rank,
-                    timeout_s=600.0,
-                )
+                state = client.rendezvous(**self._join_args(), timeout_s=600.0)
                 self.rounds += 1
                 self.process = self.launcher.start(self._process_spec(state))
                 outcome = self._watch(client, state.round, self.process)
@@ -179,6 +215,17 @@ class ElasticWorkerActor(WorkerActor):
             return Result(Outcome.FAILED, "stopped")
         finally:
             client.close()
+
+    def _join_args(self) -> dict[str, Any]:
+        info = self.info
+        return {
+            "agent_id": info.actor_name,
+            "node_id": self.node_id or info.actor_name,
+            "local_ranks": 1,
+            "host": self.host,
+            "free_port": free_port(self.host),
+            "node_rank_hint": info.node_rank * info.local_world_size + info.local_rank,
+        }
 
     def _process_spec(self, state: pb.RendezvousState) -> ProcessSpec:
         info = self.info

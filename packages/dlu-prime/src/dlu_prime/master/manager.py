@@ -152,8 +152,14 @@ class PrimeManager:
         return self._stop_request is not None
 
     def status(self, events: int = 50) -> JobStatus:
+        """The persisted state plus the live training steps (kept in memory: not worth a write)."""
         with self._lock:
-            return self.state.to_status(events)
+            status = self.state.to_status(events)
+            steps = {name: step for name, (step, _) in self._steps.items()}
+        for role in status.roles:
+            for actor in role.actors:
+                actor.step = steps.get(actor.name)
+        return status
 
     def register_channel(self, name: str, kind: str, actor_name: str) -> None:
         with self._lock:

@@ -20,6 +20,8 @@ from dlu_prime.worker.entrypoint import LoadedEntrypoint, Outcome, Result, prepe
 
 logger = logging.getLogger(__name__)
 
+RPC_READY_TIMEOUT_S = 600.0
+
 
 @dataclass(frozen=True)
 class WorkerInfo:
@@ -76,6 +78,7 @@ class WorkerActor:
         self.finished_at: float | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._rpc_ready = threading.Event()  # set once the user's instance exists
         self.node_id, self.gpu_ids, self.reconstructed = _ray_identity()
         os.environ.update(info.env)
         prepend_sys_path(info.workdir)
@@ -111,6 +114,7 @@ class WorkerActor:
 
             recover_data(self.info.job, self.info.actor_name)
         self.entry = self.load_entrypoint()
+        self._rpc_ready.set()
         self.stage = ActorStage.READY
         return self.identity()
 
@@ -173,6 +177,9 @@ class WorkerActor:
         """Dispatch a call from a role group to an `@rpc` method of the user's class."""
         from dlu_prime.runtime.rpc import find_rpc_method
 
+        # A caller may be faster than our start (e.g. an elastic class role still in its
+        # rendezvous): wait for the instance rather than fail the call.
+        self._rpc_ready.wait(RPC_READY_TIMEOUT_S)
         if self.entry is None or self.entry.instance is None:
             raise RuntimeError(
                 f"{self.info.actor_name} runs {self.info.entrypoint!r}, which is not a class with @rpc methods"
