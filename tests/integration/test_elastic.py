@@ -168,3 +168,28 @@ def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
     )
     status = run(spec)
     assert status.exit_code == 0, status.reason
+
+
+def test_faulty_node_gets_its_actors_restarted_then_trains(ray_session: Any, tmp_path: Path) -> None:
+    spec = elastic_job(
+        "el-recheck",
+        "elastic_workloads:allreduce_only",
+        3,
+        1,
+        node_check={"enabled": True},
+        env={
+            "DLU_NODE_CHECK_FAULT_NODE": "node-1",
+            "DLU_NODE_CHECK_FAIL": "1",
+            "DLU_NODE_CHECK_FAULT_COUNTER": str(tmp_path / "faults"),
+            "DLU_NODE_CHECK_FAULT_TIMES": "2",  # both rounds of the first check, not the re-check
+        },
+    )
+    status = run(spec)
+    assert status.exit_code == 0, status.reason
+    kinds = [e.kind for e in status.events]
+    assert "faulty_node" in kinds and "actors_restarted" in kinds
+    assert kinds.count("node_check") == 2  # checked, replaced node-1's actor, checked again
+    actors = {a.name: a for a in status.roles[0].actors}
+    assert actors["el-recheck.trainer.1"].restart_count == 1
+    assert actors["el-recheck.trainer.0"].restart_count == 0
+    assert status.roles[0].restart_count == 1

@@ -262,6 +262,12 @@ class FakeScheduler(Scheduler):
                     actor.last_heartbeat = self.clock()
         return {name: self.actors[name].observe() for name in names}
 
+    def restart(self, names: Sequence[str]) -> dict[str, str | None]:
+        self._enter("restart", names)
+        for name in names:
+            self.actors[name].stage = ActorStage.READY
+        return {name: f"node-after-restart-{name}" for name in names}
+
     def stop(self, names: Sequence[str]) -> None:
         self._enter("stop", names)
         self.stopped.extend(names)

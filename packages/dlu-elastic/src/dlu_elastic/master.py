@@ -11,12 +11,20 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
-from dlu_elastic.node_check.plan import NodeResult, judge, pair_round1, pair_round2, waves
+from dlu_elastic.node_check.plan import (
+    NodeCheckVerdict,
+    NodeResult,
+    judge,
+    pair_round1,
+    pair_round2,
+    waves,
+)
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
 from dlu_elastic.rendezvous.state import Rendezvous
 from dlu_prime.worker.submaster import SubMaster
@@ -58,6 +66,21 @@ class ElasticMaster(SubMaster):
         settings = self.elastic.node_check
         if not settings.enabled:
             return
+        verdict = self._node_check(settings)
+        if not verdict.ok:
+            # As the seed says: restart the workers of the faulty nodes and check again.
+            import ray
+
+            from dlu_prime.naming import NAMESPACE, master_name
+
+            names = self._actors_of_nodes(verdict.faulty)
+            master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+            ray.get(master.restart_actors.remote(names, f"node check: faulty {', '.join(verdict.faulty)}"))
+            verdict = self._node_check(settings)
+        if not verdict.ok:
+            raise RuntimeError(f"node check failed: {verdict.summary()}")
+
+    def _node_check(self, settings: NodeCheckSettings) -> NodeCheckVerdict:
         leaders = self._node_leaders()
         nodes = sorted(leaders)
         round1 = self._check_round(1, pair_round1(nodes), leaders, settings)
@@ -68,8 +91,17 @@ class ElasticMaster(SubMaster):
         self.record_event("node_check", f"{verdict.summary()} (scores: {scores})")
         if verdict.stragglers:
             self.record_event("straggler", f"stragglers: {', '.join(verdict.stragglers)}")
-        if not verdict.ok:
-            raise RuntimeError(f"node check failed: {verdict.summary()}")
+        if verdict.faulty:
+            self.record_event("faulty_node", f"faulty: {', '.join(verdict.faulty)}")
+        return verdict
+
+    def _actors_of_nodes(self, nodes: Sequence[str]) -> list[str]:
+        """Every rank's actor on the given nodes ('node-k' is the k-th group of nproc ranks)."""
+        from dlu_prime.naming import actor_name
+
+        nproc = self.elastic.nproc_per_node
+        ranks = [int(node.split("-")[1]) * nproc + local for node in nodes for local in range(nproc)]
+        return [actor_name(self.job, self.role, rank) for rank in ranks]
 
     def _node_leaders(self) -> dict[str, Any]:
         """One worker per node (local rank 0 of each group) runs the probe for its node."""

@@ -17,6 +17,9 @@ PROBE_SETTINGS_ENV = "DLU_PROBE_SETTINGS"
 PROBE_NODE_ENV = "DLU_PROBE_NODE"
 # Fault injection aimed at one node ("node-1"); unset: DLU_NODE_CHECK_DELAY_S / _FAIL hit every node.
 FAULT_NODE_ENV = "DLU_NODE_CHECK_FAULT_NODE"
+# With a counter file, the injected fault hits only the first DLU_NODE_CHECK_FAULT_TIMES probes.
+FAULT_COUNTER_ENV = "DLU_NODE_CHECK_FAULT_COUNTER"
+FAULT_TIMES_ENV = "DLU_NODE_CHECK_FAULT_TIMES"
 
 
 def main() -> None:
@@ -27,6 +30,14 @@ def main() -> None:
     target = os.environ.get(FAULT_NODE_ENV)
     if target and target != os.environ.get(PROBE_NODE_ENV):
         delay_s, fail = 0.0, False
+    counter = os.environ.get(FAULT_COUNTER_ENV)
+    if counter and (delay_s or fail):
+        with open(counter, "a+", encoding="utf-8") as file:
+            file.seek(0)
+            if len(file.readlines()) >= int(os.environ.get(FAULT_TIMES_ENV, "1")):
+                delay_s, fail = 0.0, False
+            else:
+                file.write("faulted\n")
     device = os.environ.get("DLU_DEVICE", "cpu")
     elapsed = run_probe(
         int(os.environ[PROBE_RANK_ENV]),

@@ -99,6 +99,9 @@ class PrimeMaster:
     def lookup(self, key: str) -> dict[str, str] | None:
         return self.manager.lookup(key)
 
+    def restart_actors(self, names: list[str], reason: str) -> None:
+        self.manager.restart_actors(names, reason)
+
     def record_event(self, kind: str, message: str, role: str | None = None) -> None:
         self.manager.record_event(kind, message, role)
 

@@ -51,6 +51,10 @@ class FencedError(Exception):
     """Another PrimeMaster wrote the job's state after us: this one must stop acting."""
 
 
+class RestartLimitError(Exception):
+    """A restart would exceed a limit; the message names the limit and the culprit."""
+
+
 class IllegalTransition(Exception):
     """A stage change the machine does not allow (a bug, never user input)."""
 
@@ -176,6 +180,42 @@ class PrimeManager:
                 return
             self.state.endpoints[key] = dict(value)
             self.state.record("endpoint", f"{key} published at {value.get('address', '?')}", at=self.clock())
+            self.save()
+
+    def restart_actors(self, names: list[str], reason: str) -> None:
+        """Replace actors of one or more roles (asked by a SubMaster): counted, limited and saved
+        before the scheduler acts.
+
+        Raises:
+            RestartLimitError: a role would exceed its max_restart; nothing was restarted.
+        """
+        with self._lock:
+            unknown = [n for n in names if n not in self.state.actors]
+            if unknown:
+                raise KeyError(f"no such actor(s): {', '.join(unknown)}")
+            roles = sorted({self.state.actors[n].role for n in names})
+            for role in roles:
+                limit = self.state.spec.role(role).max_restart
+                if self.state.roles[role].restart_count + 1 > limit:
+                    raise RestartLimitError(
+                        f"role {role} reached max_restart={limit} (restarting {', '.join(names)}: {reason})"
+                    )
+            for role in roles:
+                self.state.roles[role].restart_count += 1
+            for name in names:
+                record = self.state.actors[name]
+                record.restart_count += 1
+                record.stage = ActorStage.INIT
+            self.state.record("actors_restarting", f"{', '.join(names)}: {reason}", at=self.clock())
+            self.save()
+        nodes = self.scheduler.restart(names)
+        with self._lock:
+            for name, node in nodes.items():
+                self.state.actors[name].node_id = node
+                self.state.actors[name].stage = ActorStage.READY
+            self.state.record(
+                "actors_restarted", f"{len(names)} actor(s) replaced and ready", at=self.clock()
+            )
             self.save()
 
     def record_event(self, kind: str, message: str, role: str | None = None) -> None:

@@ -88,6 +88,15 @@ class Scheduler(ABC):
         """Status of each actor; never raises for a dead actor (it is reported gone)."""
 
     @abstractmethod
+    def restart(self, names: Sequence[str]) -> dict[str, str | None]:
+        """Replace these actors with fresh ones (same names, same bundles) and run their self
+        checks; return actor -> node id.
+
+        Raises:
+            ActorSetupError: a replacement failed its self check.
+        """
+
+    @abstractmethod
     def stop(self, names: Sequence[str]) -> None:
         """Ask actors to stop, best effort."""
 

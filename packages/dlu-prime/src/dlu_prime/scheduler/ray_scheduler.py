@@ -6,6 +6,7 @@ restarted PrimeMaster adopts what is already there instead of creating duplicate
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import time
@@ -275,6 +276,26 @@ class RayScheduler(Scheduler):
             except (RayError, GetTimeoutError) as exc:
                 out[name] = ActorObservation.gone(f"actor {name} did not answer: {_error_text(exc)}")
         return out
+
+    def restart(self, names: Sequence[str]) -> dict[str, str | None]:
+        for name in names:
+            with contextlib.suppress(ValueError):  # already gone
+                ray.kill(self.handle(name), no_restart=True)
+            self._handles.pop(name, None)
+        deadline = time.monotonic() + self._call_timeout
+        for name in names:  # a name is free again only once Ray has deregistered the dead actor
+            while time.monotonic() < deadline:
+                try:
+                    ray.get_actor(name, namespace=NAMESPACE)
+                except ValueError:
+                    break
+                time.sleep(0.05)
+        for name in names:
+            self._handles[name] = self._create_actor(self._by_name[name])
+        identities = self._call_all(names, "identity")
+        self._gpu_ids.update({name: list(identities[name]["gpu_ids"]) for name in names})
+        self.setup(names)
+        return {name: identities[name]["node_id"] for name in names}
 
     def stop(self, names: Sequence[str]) -> None:
         refs: list[Any] = []
