@@ -224,15 +224,13 @@ def test_bad_sub_master_fails_the_self_check(ray_session: Any) -> None:
     assert_nothing_left("life-badsub")
 
 
-def test_elastic_role_without_dlu_elastic_is_rejected_up_front(ray_session: Any) -> None:
+def test_missing_sub_master_module_is_rejected_up_front(ray_session: Any) -> None:
     from dlu_prime import launcher
 
-    spec = make_spec("life-elastic", role("trainer", "workloads:quick", kind="elastic", total=1))
-    try:
-        import dlu_elastic.master  # noqa: F401  # pyright: ignore[reportMissingImports]
-    except ImportError:
-        with pytest.raises(SpecError) as caught:
-            launcher.submit_job(spec, WORKDIR)
-        assert any("dlu-elastic" in p.fix for p in caught.value.problems)
-    else:
-        pytest.skip("dlu-elastic provides the ElasticMaster here")
+    spec = make_spec(
+        "life-nosub", role("crew", "workloads:quick", kind="custom", sub_master="no_such_pkg.masters:Boss")
+    )
+    with pytest.raises(SpecError) as caught:
+        launcher.submit_job(spec, WORKDIR)
+    assert any(p.field == "roles[crew].sub_master" for p in caught.value.problems), caught.value
+    assert leftovers("life-nosub") == ([], [])
