@@ -10,49 +10,32 @@ from dataclasses import dataclass, field
 
 from dlu_api.spec.entrypoint import is_torchrun_command, split_command
 
+# torchrun flags DLU accepts and ignores: it does its own rendezvous, logging and placement.
+_IGNORED_VALUE_FLAGS = frozenset(
+    {
+        "monitor-interval",
+        "rdzv-backend",
+        "rdzv-endpoint",
+        "rdzv-id",
+        "rdzv-conf",
+        "node-rank",
+        "master-addr",
+        "master-port",
+        "local-addr",
+        "role",
+        "log-dir",
+        "redirects",
+        "tee",
+        "start-method",
+        "local-ranks-filter",
+        "logs-specs",
+    }
+)
+_IGNORED_BOOL_FLAGS = frozenset({"standalone", "run-path"})
 # Flags that take a value. Both spellings (dash and underscore) are accepted.
-_VALUE_FLAGS = {
-    "nnodes",
-    "nproc-per-node",
-    "max-restarts",
-    "monitor-interval",
-    "rdzv-backend",
-    "rdzv-endpoint",
-    "rdzv-id",
-    "rdzv-conf",
-    "node-rank",
-    "master-addr",
-    "master-port",
-    "local-addr",
-    "role",
-    "log-dir",
-    "redirects",
-    "tee",
-    "start-method",
-    "local-ranks-filter",
-    "logs-specs",
-}
-_BOOL_FLAGS = {"standalone", "module", "no-python", "run-path"}
-_IGNORED = {
-    "monitor-interval",
-    "rdzv-backend",
-    "rdzv-endpoint",
-    "rdzv-id",
-    "rdzv-conf",
-    "node-rank",
-    "master-addr",
-    "master-port",
-    "local-addr",
-    "role",
-    "log-dir",
-    "redirects",
-    "tee",
-    "start-method",
-    "local-ranks-filter",
-    "logs-specs",
-    "standalone",
-    "run-path",
-}
+_VALUE_FLAGS = frozenset({"nnodes", "nproc-per-node", "max-restarts"}) | _IGNORED_VALUE_FLAGS
+_BOOL_FLAGS = frozenset({"module", "no-python"}) | _IGNORED_BOOL_FLAGS
+_IGNORED = _IGNORED_VALUE_FLAGS | _IGNORED_BOOL_FLAGS
 
 
 @dataclass(frozen=True)
