@@ -28,7 +28,7 @@ from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.placement import plan_placement
-from dlu_prime.state.base import StateConflictError, StateStore
+from dlu_prime.state.base import StateConflictError, StateStore, StateStoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ class PrimeManager:
         self._wake = threading.Event()
         self._stop_request: str | None = None
         self._steps: dict[str, tuple[int, float]] = {}
+        self.unsaved = False  # the last save could not reach the store
 
     @classmethod
     def create(
@@ -118,7 +119,11 @@ class PrimeManager:
 
     # persistence -----------------------------------------------------------------------------
     def save(self) -> None:
-        """Compare-and-set the document; losing means we are fenced."""
+        """Compare-and-set the document; losing means we are fenced.
+
+        If the store is unreachable the job keeps running on the in-memory state, which is
+        written (whole, so never an older version over a newer one) as soon as it is back.
+        """
         with self._lock:
             self.state.updated_at = self.clock()
             try:
@@ -127,6 +132,19 @@ class PrimeManager:
                 raise FencedError(
                     f"job {self.state.job}: state was written by another PrimeMaster ({exc})"
                 ) from exc
+            except StateStoreUnavailableError as exc:
+                if not self.unsaved:
+                    logger.warning("job %s: state store unavailable, running on (%s)", self.state.job, exc)
+                self.unsaved = True
+                return
+            if self.unsaved:
+                logger.info("job %s: state store back; latest state written", self.state.job)
+            self.unsaved = False
+
+    def flush(self) -> None:
+        """Write the state if an earlier save could not reach the store."""
+        if self.unsaved:
+            self.save()
 
     def transition(self, stage: JobStage, reason: str = "", exit_code: int | None = None) -> None:
         """The only place the job's stage changes: check, record, save, then return to act."""
@@ -238,6 +256,7 @@ class PrimeManager:
             if self.state.stage is JobStage.READY:
                 self.start()
             while self.state.stage is JobStage.RUNNING:
+                self.flush()
                 self.monitor_once()
                 if self.state.stage is JobStage.RUNNING:
                     self._wake.wait(self.state.spec.health.monitor_interval_s)
