@@ -79,6 +79,12 @@ class FakeClient(JobClient):
         self.calls.append(("submit", spec.name))
         return spec.name
 
+    def resume(self, spec: JobSpec) -> str:
+        ensure_valid(spec)
+        self.submitted.append(spec)
+        self.calls.append(("resume", spec.name))
+        return spec.name
+
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         self.calls.append(("wait", name))
         for status in self.statuses:
@@ -487,3 +493,11 @@ def test_progress_printer_event_times_are_relative_to_the_first() -> None:
     assert lines[2].startswith("  +   2.25s B")
     assert lines[2].endswith("r: second")
     assert len(lines) == 3
+
+
+def test_resume_uses_the_client_and_waits_for_the_job(fake: FakeClient, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec.yaml", SPEC_DATA)
+    result = runner.invoke(app, ["resume", str(spec)])
+    assert ("resume", SPEC_DATA["name"]) in fake.calls
+    assert any(call[0] == "wait" for call in fake.calls)
+    assert result.exit_code == fake.statuses[-1].exit_code

@@ -39,6 +39,10 @@ class FakeClient(JobClient):
         self.calls.append(("submit", spec))
         return spec.name
 
+    def resume(self, spec: JobSpec) -> str:
+        self.calls.append(("resume", spec))
+        return spec.name
+
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         self.calls.append(("wait", name))
         for status in STATUSES:

@@ -35,7 +35,17 @@ def test_create_embedded_store_with_options_needs_no_ray() -> None:
     assert store.namespace == "custom"
 
 
-def test_unknown_name_lists_available_and_hints_the_package() -> None:
+def test_unknown_name_lists_available_and_hints_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine where dlu-store-redis is not installed."""
+    import importlib.metadata
+
+    import dlu_prime.state.base as base
+
+    def without_redis(group: str) -> importlib.metadata.EntryPoints:
+        found = importlib.metadata.entry_points(group=group)
+        return importlib.metadata.EntryPoints(ep for ep in found if ep.name != "redis")
+
+    monkeypatch.setattr(base, "entry_points", without_redis)
     with pytest.raises(StateStoreError) as info:
         create_state_store("redis")
     message = str(info.value)

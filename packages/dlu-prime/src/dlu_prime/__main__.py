@@ -21,6 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--spec-json", help="the spec as one JSON string")
     launch.add_argument("--workdir", default=os.getcwd(), help="directory user code is imported from")
     launch.add_argument("--address", default="auto", help="Ray address (default: auto)")
+    launch.add_argument(
+        "--resume", action="store_true", help="restart a stored job from its state store (new cluster)"
+    )
     for name in ("stop", "status"):
         cmd = sub.add_parser(name, help=f"{name} a running job")
         cmd.add_argument("job")

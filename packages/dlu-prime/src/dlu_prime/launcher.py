@@ -189,7 +189,7 @@ def _stored_status(spec: JobSpec) -> JobStatus | None:
         return None
 
 
-def submit_job(spec: JobSpec, workdir: str | None = None) -> Any:
+def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) -> Any:
     """Check the job, clear leftovers of an earlier run of the same name, create its PrimeMaster.
 
     Raises:
@@ -197,6 +197,8 @@ def submit_job(spec: JobSpec, workdir: str | None = None) -> Any:
         JobNameTakenError: a job of this name is still running.
     """
     preflight(spec, workdir)
+    if resume:
+        _check_resumable(spec)
     old = get_master(spec.name)
     if old is not None:
         try:
@@ -217,9 +219,19 @@ def submit_job(spec: JobSpec, workdir: str | None = None) -> Any:
         max_restarts=spec.limits.master_max_restart,
         max_concurrency=16,
         **master_options(spec),
-    ).remote(spec.model_dump_json(), workdir)
-    logger.info("job %s: PrimeMaster created", spec.name)
+    ).remote(spec.model_dump_json(), workdir, resume)
+    logger.info("job %s: PrimeMaster created%s", spec.name, " to resume it" if resume else "")
     return master
+
+
+def _check_resumable(spec: JobSpec) -> None:
+    """Say why a resume cannot work before creating anything (the PrimeMaster checks again)."""
+    from dlu_prime.master.manager import resume_problem
+
+    stored = create_state_store(spec.state_store.name, spec.state_store.options).get(spec.name)
+    problem = resume_problem(spec, JobState.loads(stored.data) if stored is not None else None)
+    if problem is not None:
+        raise SpecError([Problem("name", problem, "check the job name and its state store.")])
 
 
 def job_status(job: str) -> JobStatus | None:
@@ -298,6 +310,8 @@ def stop_job(job: str, reason: str = "stopped by user request") -> bool:
     return True
 
 
-def run_job(spec: JobSpec, workdir: str | None = None, on_update: StatusCallback | None = None) -> JobStatus:
-    submit_job(spec, workdir)
+def run_job(
+    spec: JobSpec, workdir: str | None = None, on_update: StatusCallback | None = None, resume: bool = False
+) -> JobStatus:
+    submit_job(spec, workdir, resume)
     return wait_job(spec, on_update)

@@ -76,9 +76,15 @@ class LocalJobClient(JobClient):
             self._address = ray_env.init_local(**self._ray_options)
 
     def submit(self, spec: JobSpec) -> str:
+        return self._submit(spec, resume=False)
+
+    def resume(self, spec: JobSpec) -> str:
+        return self._submit(spec, resume=True)
+
+    def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
         self._ensure_ray()
-        launcher.submit_job(spec, os.getcwd())
+        launcher.submit_job(spec, os.getcwd(), resume)
         self._specs[spec.name] = spec
         self.files.write(JobStatus(name=spec.name, stage=JobStage.INIT), self._address)
         return spec.name

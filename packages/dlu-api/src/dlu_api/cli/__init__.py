@@ -99,6 +99,28 @@ def run(
 
 
 @app.command()
+def resume(
+    spec_file: Annotated[Path, typer.Argument(help="The job's spec (it names the state store).")],
+    address: AddressOpt = None,
+) -> None:
+    """Start a stored job again from its state store, e.g. on a new Ray cluster after the old one
+    was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
+    try:
+        spec = _spec_from_args([str(spec_file)], None, None)
+        client = connect(address)
+        job = client.resume(spec)
+    except (DLUError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    printer = ProgressPrinter(_echo)
+    try:
+        final = client.wait(job, printer)
+    finally:
+        client.close()
+    typer.echo(status_text(final, events=0))
+    raise typer.Exit(final.exit_code if final.exit_code is not None else 1)
+
+
+@app.command()
 def submit(
     spec_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
     address: AddressOpt = None,

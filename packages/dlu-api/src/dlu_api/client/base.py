@@ -27,6 +27,15 @@ class JobClient(ABC):
         """
 
     @abstractmethod
+    def resume(self, spec: JobSpec) -> str:
+        """Start a stored job again (a job-level restart, possibly on a new Ray cluster) from its
+        state store, keeping its counters, budgets and timeline; return its name.
+
+        Raises:
+            SpecError: nothing to resume, the job already succeeded, or a limit is used up.
+        """
+
+    @abstractmethod
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         """Block until the job has stopped; `on_update` sees every changed status.
 

@@ -42,9 +42,10 @@ def submission_id(name: str) -> str:
     return f"{SUBMISSION_PREFIX}{name}"
 
 
-def launch_entrypoint(spec: JobSpec) -> str:
+def launch_entrypoint(spec: JobSpec, resume: bool = False) -> str:
     """The shell command the cluster runs: the dlu-prime launcher with the spec inline."""
-    return f"{LAUNCH_COMMAND} {shlex.quote(spec.model_dump_json())}"
+    command = LAUNCH_COMMAND.replace(" launch ", " launch --resume ") if resume else LAUNCH_COMMAND
+    return f"{command} {shlex.quote(spec.model_dump_json())}"
 
 
 class RemoteJobClient(JobClient):
@@ -82,9 +83,15 @@ class RemoteJobClient(JobClient):
         )
 
     def submit(self, spec: JobSpec) -> str:
+        return self._submit(spec, resume=False)
+
+    def resume(self, spec: JobSpec) -> str:
+        return self._submit(spec, resume=True)
+
+    def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
         body = {
-            "entrypoint": launch_entrypoint(spec),
+            "entrypoint": launch_entrypoint(spec, resume),
             "submission_id": submission_id(spec.name),
             "metadata": {"dlu_job": spec.name, "dlu_api_version": dlu_api_version()},
         }

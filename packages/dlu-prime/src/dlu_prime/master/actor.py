@@ -24,17 +24,18 @@ logger = logging.getLogger(__name__)
 
 
 class PrimeMaster:
-    def __init__(self, spec_json: str, workdir: str | None = None) -> None:
+    def __init__(self, spec_json: str, workdir: str | None = None, resume: bool = False) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         spec = JobSpec.model_validate_json(spec_json)
         self.spec = spec
         self.store: StateStore = create_state_store(spec.state_store.name, spec.state_store.options)
         self.scheduler = RayScheduler(spec, workdir=workdir)
-        self.manager = (
-            self._recover(spec)
-            if was_reconstructed()
-            else PrimeManager.create(spec, self.scheduler, self.store)
-        )
+        if was_reconstructed():
+            self.manager = self._recover(spec)
+        elif resume:
+            self.manager = PrimeManager.resume(spec, self.scheduler, self.store)
+        else:
+            self.manager = PrimeManager.create(spec, self.scheduler, self.store)
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self.start()

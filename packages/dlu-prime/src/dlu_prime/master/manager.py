@@ -51,6 +51,10 @@ class FencedError(Exception):
     """Another PrimeMaster wrote the job's state after us: this one must stop acting."""
 
 
+class ResumeError(Exception):
+    """A stored job cannot be resumed; the message says why."""
+
+
 class RestartLimitError(Exception):
     """A restart would exceed a limit; the message names the limit and the culprit."""
 
@@ -71,6 +75,21 @@ def new_state(spec: JobSpec) -> JobState:
             name = sub_master_name(spec.name, role.name)
             state.actors[name] = ActorRecord(name=name, role=role.name, rank=SUB_MASTER_RANK)
     return state
+
+
+def resume_problem(spec: JobSpec, old: JobState | None) -> str | None:
+    """Why a stored job cannot be resumed, or None if it can."""
+    if old is None:
+        return f"job {spec.name}: no stored state in store {spec.state_store.name!r} to resume"
+    if old.stage is JobStage.STOPPED and old.exit_code == EXIT_OK:
+        return f"job {spec.name} already finished successfully; submit it as a new job"
+    limit = spec.limits.job_max_restart
+    if old.job_restart_count + 1 > limit:
+        return (
+            f"job {spec.name}: job_max_restart={limit} reached ({old.job_restart_count} restarts); "
+            "raise limits.job_max_restart to resume it"
+        )
+    return None
 
 
 def sub_masters(state: JobState) -> list[str]:
@@ -113,6 +132,44 @@ class PrimeManager:
         manager = cls(new_state(spec), scheduler, store, existing.token if existing else None, clock)
         manager.state.record(
             "job_created", f"job {spec.name} created (run {manager.state.run_id[:8]})", at=clock()
+        )
+        manager.save()
+        return manager
+
+    @classmethod
+    def resume(
+        cls, spec: JobSpec, scheduler: Scheduler, store: StateStore, clock: Clock = time.time
+    ) -> PrimeManager:
+        """A job-level restart of a stored job, possibly on a new Ray cluster: a fresh run that
+        keeps the counters, budgets and timeline of the stored one (the user's checkpoints give
+        the training progress).
+
+        Raises:
+            ResumeError: nothing stored, the job already succeeded, or a restart limit is used up.
+        """
+        stored = store.get(spec.name)
+        old = JobState.loads(stored.data) if stored is not None else None
+        problem = resume_problem(spec, old)
+        if problem is not None or stored is None or old is None:
+            raise ResumeError(problem or "nothing to resume")
+        limit = spec.limits.job_max_restart
+        state = new_state(spec)
+        state.job_restart_count = old.job_restart_count + 1
+        state.global_restart_count = old.global_restart_count
+        state.master_restart_count = old.master_restart_count
+        state.node_restart_count = old.node_restart_count
+        state.removed_nodes = list(old.removed_nodes)
+        state.node_failures = dict(old.node_failures)
+        for name, record in old.roles.items():
+            if name in state.roles:
+                state.roles[name].restart_count = record.restart_count
+        state.events = list(old.events)
+        manager = cls(state, scheduler, store, stored.token, clock)
+        state.record(
+            "job_resumed",
+            f"job {spec.name} resumed (restart {state.job_restart_count}/{limit}) after stage "
+            f"{old.stage.value}: {old.reason.splitlines()[0] if old.reason else 'no reason recorded'}",
+            at=clock(),
         )
         manager.save()
         return manager
