@@ -273,10 +273,19 @@ def wait_job(
         last = current
         if current.stage is JobStage.STOPPED:
             final = current
+            _let_master_finish(master)
             break
         time.sleep(poll_interval_s)
     remove_job_resources(spec.name, include_master=True)
     return final
+
+
+def _let_master_finish(master: Any, timeout_s: float = 150.0) -> None:
+    """The PrimeMaster's loop may still be writing the final state (e.g. after a store outage)."""
+    try:
+        ray.get(master.wait_stopped.remote(timeout_s), timeout=timeout_s + 10)
+    except (RayError, GetTimeoutError):
+        logger.warning("PrimeMaster did not confirm its final state was saved")
 
 
 def _master_lost(spec: JobSpec, last: JobStatus | None, why: str) -> JobStatus:

@@ -28,7 +28,12 @@ from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.placement import plan_placement
-from dlu_prime.state.base import StateConflictError, StateStore, StateStoreUnavailableError
+from dlu_prime.state.base import (
+    StateConflictError,
+    StateStore,
+    StateStoreError,
+    StateStoreUnavailableError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +47,7 @@ ALLOWED: dict[JobStage, frozenset[JobStage]] = {
     JobStage.STOPPED: frozenset(),
 }
 
+FINAL_SAVE_PATIENCE_S = 120.0
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_STOPPED = 130
@@ -203,6 +209,17 @@ class PrimeManager:
         if self.unsaved:
             self.save()
 
+    def _flush_final(self, patience_s: float = FINAL_SAVE_PATIENCE_S) -> None:
+        """The job ended while the store was away: keep trying, so its end is not lost."""
+        deadline = time.monotonic() + patience_s
+        delay = 0.2
+        while self.unsaved and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            self.flush()
+        if self.unsaved:
+            logger.error("job %s: final state could not be written to the store", self.state.job)
+
     def transition(self, stage: JobStage, reason: str = "", exit_code: int | None = None) -> None:
         """The only place the job's stage changes: check, record, save, then return to act."""
         with self._lock:
@@ -320,6 +337,7 @@ class PrimeManager:
                     self._wake.clear()
             if self.state.stage is JobStage.STOPPING:
                 self._finish_stopping()
+            self._flush_final()
         except FencedError:
             logger.error("job %s: fenced by a newer PrimeMaster; this one stops acting", self.state.job)
             raise
@@ -440,3 +458,14 @@ class PrimeManager:
                 with self._lock:
                     self.state.record(f"{step}_failed", f"{type(exc).__name__}: {exc}", at=self.clock())
         self.transition(JobStage.STOPPED)
+        self._retain()
+
+    def _retain(self) -> None:
+        """A finished job's state may expire (the store's retention); a failure here is harmless."""
+        if self.unsaved:
+            return
+        try:
+            if self.store.retain(self.state.job, self.token):
+                logger.info("job %s: state kept for the store's retention period", self.state.job)
+        except StateStoreError as exc:
+            logger.warning("job %s: could not set state retention: %s", self.state.job, exc)

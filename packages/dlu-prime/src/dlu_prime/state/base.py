@@ -160,6 +160,12 @@ class StateStore(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections; the store must not be used afterwards."""
 
+    def retain(self, job: str, token: int | None = None, seconds: float | None = None) -> bool:
+        """Let a finished job's state expire after its retention period, where the store supports
+        it (e.g. Redis' `retention_s`). Returns whether an expiry was set; by default none is."""
+        del job, token, seconds
+        return False
+
     def __enter__(self) -> Self:
         return self
 
