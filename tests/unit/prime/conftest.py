@@ -103,8 +103,12 @@ class FakeActor:
     last_heartbeat: float | None = None
     step: int = 0
     reported_errors: tuple[str, ...] = ()
+    reconstructed: bool = False
+    unavailable: bool = False
 
     def observe(self) -> ActorObservation:
+        if self.unavailable:
+            return ActorObservation.restarting(f"actor {self.name} is restarting")
         if self.stage is None:
             return ActorObservation.gone(self.error or f"actor {self.name} died")
         return ActorObservation(
@@ -114,6 +118,7 @@ class FakeActor:
             last_heartbeat=self.last_heartbeat,
             step=self.step,
             reported_errors=self.reported_errors,
+            reconstructed=self.reconstructed,
         )
 
 
@@ -122,7 +127,7 @@ Update = ActorStage | Mapping[str, Any]
 
 Hook = Callable[["FakeScheduler"], None]
 
-METHODS = ("prepare", "setup", "check_children", "start", "poll", "stop", "cleanup")
+METHODS = ("prepare", "setup", "check_children", "start", "poll", "restart", "call", "stop", "cleanup")
 
 
 class FakeScheduler(Scheduler):
@@ -159,6 +164,8 @@ class FakeScheduler(Scheduler):
         self.polls = 0
         self.stopped: list[str] = []
         self.cleaned_up = False
+        self.manager: PrimeManager | None = None  # SubMaster calls (failover) call back into it
+        self.restart_failures: dict[str, str] = {}
 
     # scripting ---------------------------------------------------------------------------------
     def names_of(self, role: str) -> list[str]:
@@ -265,8 +272,30 @@ class FakeScheduler(Scheduler):
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:
         self._enter("restart", names)
         for name in names:
-            self.actors[name].stage = ActorStage.READY
+            if name in self.restart_failures:
+                raise ActorSetupError(name, self.restart_failures[name])
+        for name in names:
+            actor = self.actors[name]
+            actor.stage = ActorStage.READY
+            actor.reconstructed = False
+            actor.unavailable = False
+            actor.reported_errors = ()
+            actor.error = None
+            actor.node_id = f"node-after-restart-{name}"
         return {name: f"node-after-restart-{name}" for name in names}
+
+    def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """SubMaster calls: `failover` restarts through the manager then starts, as the default
+        SubMaster does; `recover_running` puts the SubMaster back to RUNNING."""
+        self._enter("call", (name, method))
+        if method == "failover":
+            names, reason = args
+            assert self.manager is not None, "set scheduler.manager to let SubMasters call back"
+            self.manager.restart_actors(list(names), reason)
+            self.start(list(names))
+        elif method == "recover_running":
+            self.actors[name].stage = ActorStage.RUNNING
+        return None
 
     def stop(self, names: Sequence[str]) -> None:
         self._enter("stop", names)
@@ -348,6 +377,8 @@ def make_manager(
     def factory(spec: JobSpec | None = None, **spec_kwargs: Any) -> tuple[PrimeManager, FakeScheduler]:
         spec = spec if spec is not None else build_spec(**spec_kwargs)
         scheduler = fake_scheduler_factory(spec)
-        return PrimeManager.create(spec, scheduler, store, clock=fake_clock), scheduler
+        manager = PrimeManager.create(spec, scheduler, store, clock=fake_clock)
+        scheduler.manager = manager
+        return manager, scheduler
 
     return factory

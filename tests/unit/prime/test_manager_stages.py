@@ -264,12 +264,17 @@ def test_sub_master_role_is_started_through_its_sub_master(
 def test_failed_driver_actor_ends_the_job_with_its_traceback(
     make_manager: ManagerFactory, store: RecordingStore
 ) -> None:
-    manager, sched = make_manager()
+    manager, sched = make_manager(
+        limits={"global_restart_budget": 0}
+    )  # no restart allowed: the failure ends the job
     sched.script({}, {T1: {"stage": ActorStage.FAILED, "error": TRACEBACK}})
     manager.run()
 
     reason = assert_failed_and_cleaned(manager, sched, store)
-    assert reason.splitlines()[0] == f"{T1} (failed on node node-1): ValueError: loss is NaN at step 42"
+    assert (
+        reason.splitlines()[0]
+        == f"global_restart_budget=0 used up (0 job-level restarts); culprit: {T1} on node node-1 (failed): ValueError: loss is NaN at step 42"
+    )
     assert TRACEBACK.strip() in reason
     assert sched.only_call("stop").names == (T0,)  # the failed one is not stopped again
     record = manager.state.actors[T1]
@@ -278,37 +283,43 @@ def test_failed_driver_actor_ends_the_job_with_its_traceback(
 
 
 def test_dead_actor_ends_the_job(make_manager: ManagerFactory, store: RecordingStore) -> None:
-    manager, sched = make_manager()
+    manager, sched = make_manager(limits={"global_restart_budget": 0})
     sched.script({}, {T0: {"stage": None, "error": "actor job.trainer.0 died: its node was lost"}})
     manager.run()
 
     reason = assert_failed_and_cleaned(manager, sched, store)
-    assert reason.startswith(f"{T0} (died on node node-0): actor job.trainer.0 died: its node was lost")
+    assert reason.startswith(
+        f"global_restart_budget=0 used up (0 job-level restarts); culprit: {T0} on node node-0 (died): actor job.trainer.0 died: its node was lost"
+    )
     assert manager.state.actors[T0].stage is ActorStage.FAILED
     assert sched.only_call("stop").names == (T1,)
 
 
 def test_reported_error_ends_the_job(make_manager: ManagerFactory, store: RecordingStore) -> None:
-    manager, sched = make_manager()
+    manager, sched = make_manager(limits={"global_restart_budget": 0})
     sched.script({}, {T0: {"reported_errors": ("RuntimeError: CUDA out of memory",)}})
     manager.run()
 
     reason = assert_failed_and_cleaned(manager, sched, store)
-    assert reason.startswith(f"{T0} (error_report on node node-0): RuntimeError: CUDA out of memory")
+    assert reason.startswith(
+        f"global_restart_budget=0 used up (0 job-level restarts); culprit: {T0} on node node-0 (error_report): RuntimeError: CUDA out of memory"
+    )
     assert sched.only_call("stop").names == (T0, T1)  # it reported, it did not exit: stop it too
 
 
 def test_stale_heartbeat_ends_the_job(
     make_manager: ManagerFactory, store: RecordingStore, fake_clock: FakeClock
 ) -> None:
-    manager, sched = make_manager(health={"heartbeat_timeout_s": 60})
+    manager, sched = make_manager(health={"heartbeat_timeout_s": 60}, limits={"global_restart_budget": 0})
     sched.on("start", lambda s: s.set("*", {"last_heartbeat": fake_clock()}))  # one beat, then silence
     sched.tick = 30.0
     manager.run()
 
     assert sched.polls == 3  # 30 s and 60 s are within the timeout, 90 s is not
     reason = assert_failed_and_cleaned(manager, sched, store)
-    assert reason.startswith(f"{T0} (heartbeat_timeout on node node-0): no heartbeat for 90s (timeout 60s)")
+    assert reason.startswith(
+        f"global_restart_budget=0 used up (0 job-level restarts); culprit: {T0} on node node-0 (heartbeat_timeout): no heartbeat for 90s (timeout 60s)"
+    )
     assert [e.kind for e in manager.state.events].count("heartbeat_timeout") == 2
 
 
@@ -335,7 +346,7 @@ def test_heartbeats_that_keep_coming_keep_the_job_running(
 def test_hang_ends_the_job_after_hang_timeout(
     make_manager: ManagerFactory, store: RecordingStore, fake_clock: FakeClock
 ) -> None:
-    manager, sched = make_manager(health={"hang_timeout_s": 30})
+    manager, sched = make_manager(health={"hang_timeout_s": 30}, limits={"global_restart_budget": 0})
     sched.heartbeats = True  # alive, but the step never moves
     sched.tick = 10.0
     sched.script({"*": {"step": 5}})
@@ -346,7 +357,7 @@ def test_hang_ends_the_job_after_hang_timeout(
     assert fake_clock() == 1_050.0
     reason = assert_failed_and_cleaned(manager, sched, store)
     assert reason.startswith(
-        f"{T0} (hang on node node-0): training step stuck at 5 for 40s (hang timeout 30s)"
+        f"global_restart_budget=0 used up (0 job-level restarts); culprit: {T0} on node node-0 (hang): training step stuck at 5 for 40s (hang timeout 30s)"
     )
 
 
@@ -406,14 +417,14 @@ def test_scheduling_error_stops_the_job(make_manager: ManagerFactory, store: Rec
 def test_a_failing_stop_or_cleanup_still_ends_in_stopped(
     method: str, make_manager: ManagerFactory, store: RecordingStore
 ) -> None:
-    manager, sched = make_manager()
+    manager, sched = make_manager(limits={"global_restart_budget": 0})
     sched.script({}, {T1: {"stage": ActorStage.FAILED, "error": TRACEBACK}})
     sched.fail_with[method] = RuntimeError(f"{method} blew up")
     manager.run()
 
     assert manager.state.stage is JobStage.STOPPED  # never left in STOPPING with a driver waiting
     assert manager.state.exit_code == EXIT_FAILED
-    assert manager.state.reason.startswith(f"{T1} (failed")  # the first reason is kept
+    assert f"culprit: {T1} on node node-1 (failed)" in manager.state.reason  # the first reason is kept
     assert sched.methods()[-2:] == ["stop", "cleanup"]  # cleanup runs even when stop fails
     failed_steps = [e.message for e in manager.state.events if e.kind == f"{method}_failed"]
     assert failed_steps == [f"RuntimeError: {method} blew up"]
@@ -680,7 +691,7 @@ def test_state_round_trip(make_spec: SpecFactory, make_role: RoleFactory) -> Non
     state.actors[T0].node_id = "abc"
     state.node_failures["abc"] = 3
     state.removed_nodes.append("def")
-    state.roles["trainer"].failover_in_progress = True
+    state.roles["trainer"].escalation_count = 1
     state.record("failed", "boom", role="trainer", actor=T0, node_id="abc", at=5.0)
     loaded = JobState.loads(state.dumps())
     assert loaded == state

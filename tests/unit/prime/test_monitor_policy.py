@@ -114,9 +114,9 @@ CASES = [
         stage_changes={T0: ActorStage.FAILED},
     ),
     Case(
-        "reported-errors-one-failure-each",
+        "new-reported-errors-one-failure",
         {T1: obs(reported_errors=("RuntimeError: CUDA out of memory", "second"))},
-        failures=((T1, "error_report"), (T1, "error_report")),
+        failures=((T1, "error_report"),),
         message_has="CUDA out of memory",
     ),
     Case(
@@ -197,7 +197,8 @@ def test_assess_failure_message_and_node() -> None:
     result = assess(state, observations, NOW)
     died, failed = result.failures
     assert died == Failure(T0, "trainer", "died", "gone for good", "node-trainer-0")  # node from the record
-    assert failed == Failure(T1, "trainer", "failed", TRACEBACK, "node-new")  # node from the poll
+    # The failure belongs to the node the actor ran on; the poll's new node is a node change.
+    assert failed == Failure(T1, "trainer", "failed", TRACEBACK, "node-trainer-1")
     assert result.node_changes == {T1: "node-new"}
 
 

@@ -36,6 +36,7 @@ class RoleStatus(BaseModel):
     name: str
     kind: str
     restart_count: int = 0
+    inplace_restart_count: int = 0
     actors: list[ActorStatus] = Field(default_factory=list[ActorStatus])
 
 
@@ -48,6 +49,8 @@ class JobEvent(BaseModel):
     role: str | None = None
     actor: str | None = None
     node_id: str | None = None
+    tier: str | None = Field(default=None, description="The failover tier of a recovery event.")
+    duration_s: float | None = Field(default=None, description="How long a finished recovery took.")
 
 
 class JobStatus(BaseModel):
@@ -56,6 +59,10 @@ class JobStatus(BaseModel):
     exit_code: int | None = None
     reason: str = ""
     job_restart_count: int = 0
+    global_restart_count: int = 0
+    master_restart_count: int = 0
+    node_restart_count: int = 0
+    removed_nodes: list[str] = Field(default_factory=list[str])
     roles: list[RoleStatus] = Field(default_factory=list[RoleStatus])
     events: list[JobEvent] = Field(default_factory=list[JobEvent])
 

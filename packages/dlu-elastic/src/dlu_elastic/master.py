@@ -146,33 +146,50 @@ class ElasticMaster(SubMaster):
         self.call_workers("start")
 
     def recover_running(self) -> None:
-        """Ranks keep training; they find this master again through the published endpoint."""
+        """After this master was restarted (tier 5): nothing to restore. The ranks' actors keep
+        running; their calls to the old master fail, they find this one through the published
+        endpoint and join its rendezvous, and training continues from its checkpoint."""
+
+    def failover(self, names: list[str], reason: str) -> None:
+        """Role-level failover (tier 2): hold the healthy ranks in a new rendezvous round, have the
+        PrimeMaster replace the failed ranks' actors (counted, limited, ready), then start them;
+        they complete the round and every rank trains again."""
+        import ray
+
+        from dlu_prime.naming import NAMESPACE
+
+        with self._lock:
+            new_round = self.rendezvous.new_round()
+        logger.info("role %s: failover of %s (round %d): %s", self.role, ", ".join(names), new_round, reason)
+        self.restart_actors(names, reason)
+        ray.get([ray.get_actor(n, namespace=NAMESPACE).start.remote() for n in names], timeout=120)
 
     def _on_heartbeat(self, request: pb.HeartbeatRequest) -> int:
         return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
 
     def _on_failure(self, report: pb.FailureReport) -> None:
-        """A training process failed: restart every rank in place, once per round (dedup)."""
+        """A training process failed: restart every rank in place (tier 1), once per round
+        (dedup). The PrimeMaster counts it, so the count survives a restart of this master."""
         with self._lock:
             if report.round != self.rendezvous.round or self.stopping:
                 return  # the round already moved on: this failure is being handled
             self.last_failure = report.error
-            limit = self.spec.max_restart if self.spec is not None else 0
-            if self.restarts >= limit:
-                self.stopping = True
-                message = (
-                    f"in-place restart limit {limit} reached; last failure on {report.agent_id}: "
-                    f"{_last_line(report.error)}"
-                )
-                self.record_event("restart_limit", message)
+            message = f"round {report.round}: {report.agent_id} exited {report.exit_code}: {_last_line(report.error)}"
+            refused = self._note_inplace_restart(message)
+            if refused is not None:
+                self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
                 return
             self.restarts += 1
-            new_round = self.rendezvous.new_round()
-        self.record_event(
-            "inplace_restart",
-            f"restart {self.restarts} (round {new_round}) after {report.agent_id} exited "
-            f"{report.exit_code}: {_last_line(report.error)}",
-        )
+            self.rendezvous.new_round()
+
+    def _note_inplace_restart(self, message: str) -> str | None:
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, master_name
+
+        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        refused: Any = ray.get(master.note_inplace_restart.remote(self.role, message), timeout=30)
+        return str(refused) if refused is not None else None
 
     def stop(self) -> None:
         self.server.stop(1.0)

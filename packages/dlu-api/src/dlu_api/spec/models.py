@@ -159,13 +159,23 @@ class RoleSpec(_Model):
     per_group: int = Field(default=1, description="Actors per placement bundle (per node); sets LOCAL_RANK.")
     resources: Resources = Field(default_factory=Resources)
     env: dict[str, str] = Field(default_factory=dict)
-    max_restart: int = Field(default=10, description="Restarts of this role before the job stops.")
+    max_restart: int = Field(
+        default=10,
+        description="Restarts of this role (actor restarts, and in-place restarts of its training) before the job stops.",
+    )
     per_node_max_failure: int = Field(
         default=3, description="Failures on one node before that node is relaunched."
     )
     is_driver: bool = Field(default=True, description="The job ends when every driver role has finished.")
     rank_based_gpu_selection: bool = False
-    recovery: RecoveryPolicy = RecoveryPolicy.IN_PLACE
+    recovery: RecoveryPolicy | None = Field(
+        default=None,
+        description=(
+            "in_place: a failure restarts only this role (through its SubMaster if it has one); "
+            "global: a failure restarts the whole job. Unset: in_place for roles with a SubMaster, "
+            "global otherwise (the failover seed's job-level restart)."
+        ),
+    )
     escalate_after: int = Field(
         default=3, description="Restarts after which any failure of this role restarts the job."
     )
@@ -292,6 +302,13 @@ class JobSpec(_Model):
     placement_strategy: PlacementStrategy = PlacementStrategy.PACK
     state_store: StateStoreSpec = Field(default_factory=StateStoreSpec)
     limits: Limits = Field(default_factory=Limits)
+    extension: str | None = Field(
+        default=None,
+        description=(
+            "Name of an entry point in the 'dlu.extensions' group (or 'module:Class') whose "
+            "relaunch_nodes_impl replaces nodes that fail too often."
+        ),
+    )
     health: HealthSettings = Field(default_factory=HealthSettings)
     master: MasterSettings = Field(default_factory=MasterSettings)
 

@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 0.2  # how quickly a rank notices that the master restarted training
 POLL_INTERVAL_S = 0.02
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
+# Codes a call gets when the ElasticMaster died or was replaced (new address or token).
+MASTER_GONE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
+)
 
 
 def is_class_entrypoint(text: str, workdir: str | None) -> bool:
@@ -201,20 +205,44 @@ class ElasticWorkerActor(WorkerActor):
         self.finished_at = time.time()
         self.stage = ActorStage.FINISH if result.outcome is Outcome.SUCCESS else ActorStage.FAILED
 
-    def _train(self) -> Result:
+    def _connect(self) -> ElasticClient:
         endpoint = self._endpoint()
-        client = ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
+        self._token = endpoint["token"]
+        return ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
+
+    def _master_moved(self) -> bool:
+        """After a failed call: has the ElasticMaster been restarted elsewhere (tier 5)? If so,
+        switch to it; training then joins its rendezvous again (the actor is not restarted)."""
+        try:
+            found = self._endpoint()
+        except Exception:
+            return False
+        if found["address"] == self._client.address and found["token"] == self._token:
+            return False
+        logger.info("%s: ElasticMaster moved to %s", self.info.actor_name, found["address"])
+        self._client.close()
+        self._token = found["token"]
+        self._client = ElasticClient(found["address"], found["token"], timeout_s=10.0, wait_for_ready=True)
+        return True
+
+    def _train(self) -> Result:
+        self._client = self._connect()
         try:
             while not self._stop.is_set():
-                state = client.rendezvous(**self._join_args(), timeout_s=600.0)
+                try:
+                    state = self._client.rendezvous(**self._join_args(), timeout_s=600.0)
+                except RendezvousError as exc:
+                    if exc.code in MASTER_GONE and self._master_moved():
+                        continue
+                    raise
                 self.rounds += 1
                 self.process = self.launcher.start(self._process_spec(state))
-                outcome = self._watch(client, state.round, self.process)
+                outcome = self._watch(state.round, self.process)
                 if outcome is not None:
                     return outcome
             return Result(Outcome.FAILED, "stopped")
         finally:
-            client.close()
+            self._client.close()
 
     def _join_args(self) -> dict[str, Any]:
         info = self.info
@@ -254,7 +282,7 @@ class ElasticWorkerActor(WorkerActor):
             device=self._device(),
         )
 
-    def _watch(self, client: ElasticClient, round_: int, process: TrainingProcess) -> Result | None:
+    def _watch(self, round_: int, process: TrainingProcess) -> Result | None:
         """Follow one training process. None: the master restarted training (run again)."""
         last_beat = 0.0
         while True:
@@ -269,7 +297,7 @@ class ElasticWorkerActor(WorkerActor):
             if code is not None:
                 error = process.last_failure or f"training process exited with code {code}"
                 try:
-                    client.report_failure(
+                    self._client.report_failure(
                         round=round_,
                         agent_id=self.info.actor_name,
                         local_rank=self.info.local_rank,
@@ -277,14 +305,16 @@ class ElasticWorkerActor(WorkerActor):
                         error=error,
                     )
                 except RendezvousError as exc:
+                    if exc.code in MASTER_GONE and self._master_moved():
+                        return None  # the new master knows nothing of this round: join again
                     if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
                         raise
-                action = self._wait_for_decision(client, round_)
+                action = self._wait_for_decision(round_)
                 return None if action == "restart" else Result(Outcome.FAILED, error)
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_INTERVAL_S:
                 last_beat = now
-                action = self._beat(client, round_)
+                action = self._beat(round_)
                 if action != "none":
                     process.terminate(2.0)
                     if action == "stop":
@@ -297,10 +327,10 @@ class ElasticWorkerActor(WorkerActor):
                 return Result(Outcome.FAILED, "stopped")
             time.sleep(POLL_INTERVAL_S)
 
-    def _beat(self, client: ElasticClient, round_: int) -> str:
+    def _beat(self, round_: int) -> str:
         snapshot = self.health.snapshot()
         try:
-            action = client.heartbeat(
+            action = self._client.heartbeat(
                 round=round_,
                 agent_id=self.info.actor_name,
                 step=int(snapshot["step"]),
@@ -309,6 +339,8 @@ class ElasticWorkerActor(WorkerActor):
         except RendezvousError as exc:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 return "restart"  # the master opened a new round
+            if exc.code in MASTER_GONE:
+                return "restart" if self._master_moved() else "none"  # a blip: training goes on
             raise
         if action == pb.ACTION_RESTART:
             return "restart"
@@ -316,11 +348,11 @@ class ElasticWorkerActor(WorkerActor):
             return "stop"
         return "none"
 
-    def _wait_for_decision(self, client: ElasticClient, round_: int) -> str:
+    def _wait_for_decision(self, round_: int) -> str:
         """After our process failed: the master either restarts every rank or stops."""
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not self._stop.is_set():
-            action = self._beat(client, round_)
+            action = self._beat(round_)
             if action != "none":
                 return action
             time.sleep(HEARTBEAT_INTERVAL_S)

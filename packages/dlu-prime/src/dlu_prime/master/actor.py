@@ -14,6 +14,7 @@ from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
+from dlu_prime.extension import Extension, ExtensionError, load_extension
 from dlu_prime.master.manager import EXIT_FAILED, FencedError, PrimeManager
 from dlu_prime.master.state import ActorStage, JobState
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
@@ -30,12 +31,20 @@ class PrimeMaster:
         self.spec = spec
         self.store: StateStore = create_state_store(spec.state_store.name, spec.state_store.options)
         self.scheduler = RayScheduler(spec, workdir=workdir)
+        extension_error: str | None = None
+        self.extension: Extension | None = None
+        try:
+            self.extension = load_extension(spec, workdir)
+        except ExtensionError as exc:
+            extension_error = str(exc)
         if was_reconstructed():
             self.manager = self._recover(spec)
         elif resume:
-            self.manager = PrimeManager.resume(spec, self.scheduler, self.store)
+            self.manager = PrimeManager.resume(spec, self.scheduler, self.store, extension=self.extension)
         else:
-            self.manager = PrimeManager.create(spec, self.scheduler, self.store)
+            self.manager = PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
+        if extension_error is not None:  # the launcher checks first; this is the last guard
+            self.manager.request_stop_failed(f"extension: {extension_error}")
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self.start()
@@ -44,15 +53,23 @@ class PrimeMaster:
         stored = self.store.get(spec.name)
         if stored is None:
             logger.warning("job %s: reconstructed with no stored state; starting a new run", spec.name)
-            return PrimeManager.create(spec, self.scheduler, self.store)
+            return PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
         state = JobState.loads(stored.data)
-        manager = PrimeManager(state, self.scheduler, self.store, stored.token)
+        manager = PrimeManager(state, self.scheduler, self.store, stored.token, extension=self.extension)
         state.master_restart_count += 1
-        state.record("master_restarted", f"PrimeMaster reconstructed in stage {state.stage.value}")
+        in_flight = f"; {state.failover.tier.value} failover in flight" if state.failover else ""
+        state.record(
+            "master_restarted",
+            f"PrimeMaster reconstructed in stage {state.stage.value}{in_flight} "
+            f"({state.master_restart_count}/{spec.limits.master_max_restart})",
+            tier="master",
+        )
         manager.save()
         if state.stage is JobStage.RUNNING:
-            # Actors saved as READY were never started if the crash fell between save and start.
-            unstarted = [n for n, a in state.actors.items() if a.stage is ActorStage.READY]
+            # Actors saved as READY were never started if the crash fell between save and start;
+            # those of an in-flight failover are the failover's to start (manager.run resumes it).
+            busy = set(state.failover.actors) if state.failover else set[str]()
+            unstarted = [n for n, a in state.actors.items() if a.stage is ActorStage.READY and n not in busy]
             if unstarted:
                 self.scheduler.start(unstarted)
         elif state.stage is not JobStage.STOPPED:
@@ -102,6 +119,37 @@ class PrimeMaster:
 
     def restart_actors(self, names: list[str], reason: str) -> None:
         self.manager.restart_actors(names, reason)
+
+    def report_restarted(self, actor: str, node_id: str | None = None) -> None:
+        """The seed's RESTARTED report from a reconstructed actor: judge it now (the monitoring
+        pass decides, so a report and a poll of one restart cause one recovery)."""
+        logger.info("job %s: %s reports it was restarted (node %s)", self.spec.name, actor, node_id)
+        self.manager.wake()
+
+    def wake(self) -> None:
+        self.manager.wake()
+
+    def note_inplace_restart(self, role: str, message: str) -> str | None:
+        return self.manager.note_inplace_restart(role, message)
+
+    # debugging (the health seed's endpoints) ---------------------------------------------------
+    def debug(
+        self, action: str, role: str, rank: int | None = None, step: int | None = None
+    ) -> dict[str, Any]:
+        """mark_unhealthy | get_step | set_step on a role's workers (or one rank)."""
+        names = self.manager.worker_names(role, rank)
+        if action == "get_step":
+            steps = self.manager.steps()
+            return {name: steps.get(name) for name in names}
+        if action == "mark_unhealthy":
+            for name in names:
+                self.scheduler.call(name, "mark_unhealthy", "marked unhealthy for testing (dlu debug)")
+            return {name: "marked unhealthy" for name in names}
+        if action == "set_step":
+            if step is None:
+                raise ValueError("set_step needs a step")
+            return {name: self.scheduler.call(name, "set_step", step) for name in names}
+        raise ValueError(f"unknown debug action {action!r}; use mark_unhealthy, get_step or set_step")
 
     def record_event(self, kind: str, message: str, role: str | None = None) -> None:
         self.manager.record_event(kind, message, role)

@@ -15,14 +15,18 @@ from collections.abc import Callable
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
-from dlu_prime.master.monitor import Assessment, assess, failure_reason, track_steps
+from dlu_prime.extension import Extension, ExtensionError, NodeInfo
+from dlu_prime.master.failover import FailoverPlan, Recovery, job_restart, plan_failover
+from dlu_prime.master.monitor import Assessment, Failure, assess, track_steps, track_unavailable
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
     ActorRecord,
     ActorStage,
     ChannelRecord,
+    FailoverRecord,
     JobState,
     RoleRecord,
+    Tier,
 )
 from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
@@ -116,26 +120,37 @@ class PrimeManager:
         store: StateStore,
         token: int | None,
         clock: Clock = time.time,
+        extension: Extension | None = None,
     ) -> None:
         self.state = state
         self.scheduler = scheduler
         self.store = store
         self.token = token
         self.clock = clock
+        self.extension = extension
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop_request: str | None = None
+        self._failed_request: str | None = None
         self._steps: dict[str, tuple[int, float]] = {}
+        self._unavailable: dict[str, float] = {}
         self.unsaved = False  # the last save could not reach the store
 
     @classmethod
     def create(
-        cls, spec: JobSpec, scheduler: Scheduler, store: StateStore, clock: Clock = time.time
+        cls,
+        spec: JobSpec,
+        scheduler: Scheduler,
+        store: StateStore,
+        clock: Clock = time.time,
+        extension: Extension | None = None,
     ) -> PrimeManager:
         """A new run of the job. Any stored state of an earlier run with this name is replaced,
         so a resubmitted job never picks up a finished job's results."""
         existing = store.get(spec.name)
-        manager = cls(new_state(spec), scheduler, store, existing.token if existing else None, clock)
+        manager = cls(
+            new_state(spec), scheduler, store, existing.token if existing else None, clock, extension
+        )
         manager.state.record(
             "job_created", f"job {spec.name} created (run {manager.state.run_id[:8]})", at=clock()
         )
@@ -144,7 +159,12 @@ class PrimeManager:
 
     @classmethod
     def resume(
-        cls, spec: JobSpec, scheduler: Scheduler, store: StateStore, clock: Clock = time.time
+        cls,
+        spec: JobSpec,
+        scheduler: Scheduler,
+        store: StateStore,
+        clock: Clock = time.time,
+        extension: Extension | None = None,
     ) -> PrimeManager:
         """A job-level restart of a stored job, possibly on a new Ray cluster: a fresh run that
         keeps the counters, budgets and timeline of the stored one (the user's checkpoints give
@@ -170,7 +190,7 @@ class PrimeManager:
             if name in state.roles:
                 state.roles[name].restart_count = record.restart_count
         state.events = list(old.events)
-        manager = cls(state, scheduler, store, stored.token, clock)
+        manager = cls(state, scheduler, store, stored.token, clock, extension)
         state.record(
             "job_resumed",
             f"job {spec.name} resumed (restart {state.job_restart_count}/{limit}) after stage "
@@ -247,6 +267,10 @@ class PrimeManager:
     def stop_requested(self) -> bool:
         return self._stop_request is not None
 
+    def wake(self) -> None:
+        """A pushed report (an actor restarted, an error): monitor now instead of at the next tick."""
+        self._wake.set()
+
     def status(self, events: int = 50) -> JobStatus:
         """The persisted state plus the live training steps (kept in memory: not worth a write)."""
         with self._lock:
@@ -285,18 +309,22 @@ class PrimeManager:
             unknown = [n for n in names if n not in self.state.actors]
             if unknown:
                 raise KeyError(f"no such actor(s): {', '.join(unknown)}")
+            # A failover that asks for it (through a SubMaster) was already counted and saved.
+            in_flight = self.state.failover
+            counted_already = in_flight is not None and set(names) <= set(in_flight.actors)
             roles = sorted({self.state.actors[n].role for n in names})
-            for role in roles:
+            for role in roles if not counted_already else []:
                 limit = self.state.spec.role(role).max_restart
                 if self.state.roles[role].restart_count + 1 > limit:
                     raise RestartLimitError(
                         f"role {role} reached max_restart={limit} (restarting {', '.join(names)}: {reason})"
                     )
-            for role in roles:
+            for role in roles if not counted_already else []:
                 self.state.roles[role].restart_count += 1
             for name in names:
                 record = self.state.actors[name]
-                record.restart_count += 1
+                if not counted_already:
+                    record.restart_count += 1
                 record.stage = ActorStage.INIT
             self.state.record("actors_restarting", f"{', '.join(names)}: {reason}", at=self.clock())
             self.save()
@@ -305,6 +333,7 @@ class PrimeManager:
             for name, node in nodes.items():
                 self.state.actors[name].node_id = node
                 self.state.actors[name].stage = ActorStage.READY
+                self.state.actors[name].errors_seen = 0
             self.state.record(
                 "actors_restarted", f"{len(names)} actor(s) replaced and ready", at=self.clock()
             )
@@ -315,6 +344,30 @@ class PrimeManager:
         with self._lock:
             self.state.record(kind, message, role=role, at=self.clock())
             self.save()
+
+    def worker_names(self, role: str, rank: int | None = None) -> list[str]:
+        """A role's workers (or one rank), for debugging calls.
+
+        Raises:
+            ValueError: no such role or rank.
+        """
+        with self._lock:
+            known = [r.name for r in self.state.spec.roles]
+            if role not in known:
+                raise ValueError(f"job {self.state.job} has no role {role!r}; roles: {', '.join(known)}")
+            names = [
+                n
+                for n, a in sorted(self.state.actors.items(), key=lambda item: item[1].rank)
+                if a.role == role and a.rank != SUB_MASTER_RANK and (rank is None or a.rank == rank)
+            ]
+        if not names:
+            raise ValueError(f"role {role} has no rank {rank}")
+        return names
+
+    def steps(self) -> dict[str, int]:
+        """The last training step each running actor reported."""
+        with self._lock:
+            return {name: step for name, (step, _) in self._steps.items()}
 
     def lookup(self, key: str) -> dict[str, str] | None:
         with self._lock:
@@ -329,6 +382,8 @@ class PrimeManager:
                 self.prepare()
             if self.state.stage is JobStage.READY:
                 self.start()
+            if self.state.stage is JobStage.RUNNING:
+                self.resume_failover()  # one a previous PrimeMaster saved but did not finish
             while self.state.stage is JobStage.RUNNING:
                 self.flush()
                 self.monitor_once()
@@ -390,25 +445,29 @@ class PrimeManager:
         self.scheduler.start(start_targets(self.state))
 
     def monitor_once(self) -> Assessment:
-        """One pass: poll, judge (pure), apply. Ends the job on failure or when drivers finish."""
+        """One pass: poll, judge (pure), apply, then recover (policy is pure too). Ends the job at
+        a limit or when every driver role has finished."""
+        if self._failed_request is not None:
+            self.finish(EXIT_FAILED, self._failed_request)
+            return Assessment()
         if self._stop_request is not None:
             self.finish(EXIT_STOPPED, self._stop_request)
             return Assessment()
         observations = self.scheduler.poll(self._actor_names())
         now = self.clock()
         self._steps = track_steps(self._steps, observations, now)
-        result = assess(self.state, observations, now, self._steps)
+        self._unavailable = track_unavailable(self._unavailable, observations, now)
+        result = assess(self.state, observations, now, self._steps, self._unavailable)
         self._apply(result)
         if result.failures:
-            first = result.failures[0]
-            self.finish(EXIT_FAILED, failure_reason(first))
+            self.recover(result.failures)
         elif result.all_drivers_finished:
             drivers = ", ".join(r.name for r in self.state.spec.roles if r.is_driver)
             self.finish(EXIT_OK, f"every driver role finished ({drivers})")
         return result
 
     def _apply(self, result: Assessment) -> None:
-        if not (result.stage_changes or result.node_changes or result.failures):
+        if not (result.stage_changes or result.node_changes or result.failures or result.errors_seen):
             return
         with self._lock:
             now = self.clock()
@@ -416,11 +475,13 @@ class PrimeManager:
                 self.state.actors[name].node_id = node
             for name, stage in result.stage_changes.items():
                 self.state.actors[name].stage = stage
+            for name, count in result.errors_seen.items():
+                self.state.actors[name].errors_seen = count
             for failure in result.failures:
                 record = self.state.actors[failure.actor]
                 record.total_failures += 1
                 record.error = failure.message
-                if failure.kind == "died":
+                if failure.kind in ("died", "restarted", "unavailable"):
                     record.stage = ActorStage.FAILED
                 self.state.record(
                     failure.kind,
@@ -434,6 +495,233 @@ class PrimeManager:
                 if not any(e.kind == "role_finished" and e.role == role for e in self.state.events):
                     self.state.record("role_finished", "every actor finished", role=role, at=now)
             self.save()
+
+    # failover ----------------------------------------------------------------------------------
+    def recover(self, failures: tuple[Failure, ...] | list[Failure]) -> FailoverPlan:
+        """deal_with_actor_restarting, then failover handling, as the pure policy decides."""
+        plan = plan_failover(self.state, failures, has_extension=self.extension is not None)
+        if plan.ignored and not plan.acts:
+            logger.info(
+                "job %s: ignored %d report(s) during %s",
+                self.state.job,
+                len(plan.ignored),
+                "a recovery" if self.state.failover else self.state.stage.value,
+            )
+        with self._lock:
+            self.state.node_failures = dict(plan.node_failures) or self.state.node_failures
+            for note in plan.notes:
+                self.state.record("node_limit", note, at=self.clock())
+            self.save()
+        if plan.relaunch_nodes and not self._relaunch(plan.relaunch_nodes):
+            return plan
+        if plan.stop is not None:
+            self.finish(EXIT_FAILED, plan.stop)
+            return plan
+        for recovery in plan.recoveries:
+            if self.state.stage is not JobStage.RUNNING:
+                break
+            self._failover(recovery)
+        return plan
+
+    def _relaunch(self, nodes: tuple[str, ...]) -> bool:
+        """Tier 4: mark the nodes removed (saved first), then let the Extension replace them."""
+        assert self.extension is not None
+        with self._lock:
+            infos = [
+                NodeInfo(node, actors=tuple(n for n, a in self.state.actors.items() if a.node_id == node))
+                for node in nodes
+            ]
+            for node in nodes:
+                if node not in self.state.removed_nodes:
+                    self.state.removed_nodes.append(node)
+            self.state.record(
+                "node_relaunch",
+                f"relaunching node(s) {', '.join(n[:12] for n in nodes)}",
+                tier=Tier.NODE,
+                at=self.clock(),
+            )
+            self.save()
+        started = self.clock()
+        try:
+            replaced = self.extension.relaunch_nodes_impl(infos)
+        except (ExtensionError, Exception) as exc:
+            self.finish(EXIT_FAILED, f"node relaunch of {', '.join(n[:12] for n in nodes)} failed: {exc}")
+            return False
+        with self._lock:
+            self.state.node_restart_count += len(nodes)
+            for node in nodes:
+                self.state.node_failures[node] = 0
+            self.state.record(
+                "node_relaunched",
+                f"{len(nodes)} node(s) replaced by {', '.join(n.node_id[:12] for n in replaced) or 'none'} "
+                f"({self.state.node_restart_count}/{self.state.spec.limits.node_max_restart})",
+                tier=Tier.NODE,
+                duration_s=self.clock() - started,
+                at=self.clock(),
+            )
+            self.save()
+        return True
+
+    def _failover(self, recovery: Recovery) -> None:
+        """Count, save, act, and clear the in-flight record on every path. A role or SubMaster
+        recovery that fails escalates to a job-level restart; a failed job restart stops the job."""
+        with self._lock:
+            self._count(recovery)
+            record = FailoverRecord(
+                tier=recovery.tier,
+                role=recovery.role,
+                actors=list(recovery.actors),
+                reason=recovery.reason,
+                started_at=self.clock(),
+            )
+            self.state.failover = record
+            for name in recovery.actors:
+                self.state.actors[name].stage = ActorStage.INIT
+            self.state.record(
+                "failover_started",
+                f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}",
+                role=recovery.role,
+                tier=recovery.tier,
+                at=record.started_at,
+            )
+            self.save()
+        self.resume_failover()
+
+    def _count(self, recovery: Recovery) -> None:
+        state = self.state
+        if recovery.tier is Tier.JOB:
+            state.job_restart_count += 1
+            state.global_restart_count += 1
+            for role in state.roles.values():
+                role.escalation_count = 0
+        elif recovery.tier is Tier.SUB_MASTER and recovery.role is not None:
+            state.roles[recovery.role].sub_master_restart_count += 1
+        elif recovery.role is not None:
+            role = state.roles[recovery.role]
+            role.restart_count += 1
+            role.escalation_count += 1
+            for name in recovery.actors:
+                state.actors[name].restart_count += 1
+
+    def resume_failover(self) -> None:
+        """Run the saved in-flight recovery to its end (also after a PrimeMaster restart)."""
+        record = self.state.failover
+        if record is None:
+            return
+        error: str | None = None
+        try:
+            if record.tier is Tier.JOB:
+                self._restart_job(record)
+            elif record.tier is Tier.SUB_MASTER:
+                self._restart_sub_master(record)
+            else:
+                self._restart_role(record)
+        except FencedError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            logger.exception("job %s: %s failover failed", self.state.job, record.tier.value)
+        with self._lock:
+            self.state.failover = None
+            now = self.clock()
+            if error is None:
+                self.state.record(
+                    "failover_done",
+                    f"{record.tier.value} failover of {', '.join(record.actors)} done in {now - record.started_at:.2f}s",
+                    role=record.role,
+                    tier=record.tier,
+                    duration_s=now - record.started_at,
+                    at=now,
+                )
+            else:
+                self.state.record(
+                    "failover_failed",
+                    f"{record.tier.value} failover failed: {error}",
+                    role=record.role,
+                    tier=record.tier,
+                    at=now,
+                )
+            self.save()
+        if error is None or self.state.stage in (JobStage.STOPPING, JobStage.STOPPED):
+            return
+        if record.tier is Tier.JOB or self.state.stage is not JobStage.RUNNING:
+            self.finish(EXIT_FAILED, f"job-level failover failed: {error}; first failure: {record.reason}")
+            return
+        first = Failure(record.actors[0], record.role or "", "failover_failed", error)
+        recoveries, stop = job_restart(self.state, first, [record.role] if record.role else [])
+        if stop is not None:
+            self.finish(EXIT_FAILED, stop)
+            return
+        self._failover(recoveries[0])
+
+    def _restart_role(self, record: FailoverRecord) -> None:
+        """Tier 2: through the role's SubMaster when it has one (it calls restart_actors back and
+        restarts training), else the PrimeMaster replaces and starts the actors itself."""
+        assert record.role is not None
+        sub = [n for n, a in self.state.actors.items() if a.role == record.role and a.rank == SUB_MASTER_RANK]
+        if sub:
+            self.scheduler.call(sub[0], "failover", list(record.actors), record.reason)
+        else:
+            self._replace(list(record.actors))
+            self.scheduler.start(list(record.actors))
+
+    def _restart_sub_master(self, record: FailoverRecord) -> None:
+        """Tier 5: SubMasters keep no state: set the role up again and recover it to RUNNING."""
+        self._replace(list(record.actors))
+        for name in record.actors:
+            self.scheduler.call(name, "recover_running")
+
+    def _restart_job(self, record: FailoverRecord) -> None:
+        """Tier 3: roll back to INIT, restart every actor, check, and run again."""
+        if self.state.stage is JobStage.RUNNING:
+            self.transition(JobStage.INIT, f"job-level restart: {record.reason}")
+        self._steps.clear()
+        self._replace(list(record.actors))
+        self.scheduler.check_children(sub_masters(self.state))
+        self.transition(JobStage.READY, "every actor restarted and passed its self check")
+        self.start()
+
+    def _replace(self, names: list[str]) -> None:
+        nodes = self.scheduler.restart(names)
+        with self._lock:
+            for name, node in nodes.items():
+                record = self.state.actors[name]
+                record.node_id = node
+                record.stage = ActorStage.READY
+                record.errors_seen = 0
+            self.save()
+
+    def note_inplace_restart(self, role: str, message: str) -> str | None:
+        """A SubMaster restarts its role's training in place (tier 1): counted here, so the count
+        survives the SubMaster. Returns None if allowed, else why not (and the job stops)."""
+        with self._lock:
+            record = self.state.roles[role]
+            limit = self.state.spec.role(role).max_restart
+            if record.inplace_restart_count + 1 > limit:
+                reason = (
+                    f"role {role} reached max_restart={limit} restarting training in place; last: {message}"
+                )
+                self.state.record("restart_limit", reason, role=role, tier=Tier.IN_PLACE, at=self.clock())
+                self.save()
+                self.request_stop_failed(reason)
+                return reason
+            record.inplace_restart_count += 1
+            self.state.record(
+                "inplace_restart",
+                f"restart {record.inplace_restart_count}/{limit}: {message}",
+                role=role,
+                tier=Tier.IN_PLACE,
+                at=self.clock(),
+            )
+            self.save()
+        return None
+
+    def request_stop_failed(self, reason: str) -> None:
+        """Stop the job as failed (a limit reached outside the monitoring thread)."""
+        with self._lock:
+            if self._failed_request is None:
+                self._failed_request = reason
+        self._wake.set()
 
     def finish(self, exit_code: int, reason: str) -> None:
         """Any stage -> STOPPING -> STOPPED: stop and remove every actor and placement group."""

@@ -19,7 +19,7 @@ class Failure:
 
     actor: str
     role: str
-    kind: str  # "died", "failed", "error_report", "heartbeat_timeout", "hang"
+    kind: str  # "died", "restarted", "unavailable", "failed", "error_report", "heartbeat_timeout", "hang"
     message: str
     node_id: str | None = None
 
@@ -33,6 +33,7 @@ class Assessment:
     failures: tuple[Failure, ...] = ()
     finished_roles: tuple[str, ...] = ()
     all_drivers_finished: bool = False
+    errors_seen: dict[str, int] = field(default_factory=dict[str, int])
 
 
 def _first_line(text: str) -> str:
@@ -45,33 +46,50 @@ def assess(
     observations: Mapping[str, ActorObservation],
     now: float,
     steps_seen: Mapping[str, tuple[int, float]] | None = None,
+    unavailable_since: Mapping[str, float] | None = None,
 ) -> Assessment:
     """Judge one monitoring pass.
 
     `steps_seen` maps actor -> (last step, time it last changed), kept by the caller, for hang
-    detection; without it hangs are not judged.
+    detection; without it hangs are not judged. `unavailable_since` (see `track_unavailable`)
+    says since when Ray has been restarting an actor: that is not a failure until it outlasts
+    the heartbeat timeout, because the reconstructed actor reports itself.
     """
     health = state.spec.health
     stage_changes: dict[str, ActorStage] = {}
     node_changes: dict[str, str] = {}
     failures: list[Failure] = []
+    errors_seen: dict[str, int] = {}
     for name, record in state.actors.items():
         seen = observations.get(name)
         if seen is None:
             continue
-        if seen.node_id and seen.node_id != record.node_id:
-            node_changes[name] = seen.node_id
-        node = seen.node_id or record.node_id
+        node = record.node_id or seen.node_id
+        if seen.unavailable:
+            since = (unavailable_since or {}).get(name, now)
+            if now - since > health.heartbeat_timeout_s:
+                message = f"unavailable for {now - since:.0f}s (timeout {health.heartbeat_timeout_s:g}s): {seen.error}"
+                failures.append(Failure(name, record.role, "unavailable", message, node))
+            continue
         if seen.stage is None:
             failures.append(Failure(name, record.role, "died", seen.error or "actor died", node))
             continue
+        if seen.reconstructed and seen.stage is ActorStage.INIT and record.stage is not ActorStage.INIT:
+            where = f" on node {seen.node_id[:12]}" if seen.node_id else ""
+            message = f"actor process died; Ray reconstructed it{where}"
+            failures.append(Failure(name, record.role, "restarted", message, node))
+            continue
+        if seen.node_id and seen.node_id != record.node_id:
+            node_changes[name] = seen.node_id
         if seen.stage != record.stage:
             stage_changes[name] = seen.stage
         if seen.stage is ActorStage.FAILED:
             failures.append(Failure(name, record.role, "failed", seen.error or "failed", node))
             continue
-        for message in seen.reported_errors:
-            failures.append(Failure(name, record.role, "error_report", message, node))
+        new_errors = seen.reported_errors[record.errors_seen :]
+        if new_errors:
+            errors_seen[name] = len(seen.reported_errors)
+            failures.append(Failure(name, record.role, "error_report", new_errors[0], node))
         if seen.stage is not ActorStage.RUNNING:
             continue
         if seen.last_heartbeat is not None and now - seen.last_heartbeat > health.heartbeat_timeout_s:
@@ -114,6 +132,7 @@ def assess(
         failures=tuple(failures),
         finished_roles=tuple(finished_roles),
         all_drivers_finished=bool(drivers) and all(d in finished_roles for d in drivers),
+        errors_seen=errors_seen,
     )
 
 
@@ -138,4 +157,17 @@ def track_steps(
         last = out.get(name)
         if last is None or last[0] != seen.step:
             out[name] = (seen.step, now)
+    return out
+
+
+def track_unavailable(
+    previous: Mapping[str, float], observations: Mapping[str, ActorObservation], now: float
+) -> dict[str, float]:
+    """Remember since when each actor has been unavailable (Ray restarting it)."""
+    out = {name: since for name, since in previous.items() if name in observations}
+    for name, seen in observations.items():
+        if seen.unavailable:
+            out.setdefault(name, now)
+        else:
+            out.pop(name, None)
     return out

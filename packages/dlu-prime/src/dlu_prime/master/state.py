@@ -46,6 +46,7 @@ class ActorRecord(BaseModel):
     restart_count: int = 0
     total_failures: int = 0
     error: str | None = None
+    errors_seen: int = Field(default=0, description="Pushed error reports already acted on.")
 
 
 class RoleRecord(BaseModel):
@@ -53,7 +54,39 @@ class RoleRecord(BaseModel):
 
     name: str
     restart_count: int = 0
-    failover_in_progress: bool = False
+    inplace_restart_count: int = 0
+    sub_master_restart_count: int = 0
+    escalation_count: int = Field(
+        default=0,
+        description="Role restarts since the last job-level restart; at escalate_after it goes global.",
+    )
+
+
+class Tier(StrEnum):
+    """Rungs of the failover ladder (DESIGN section 4)."""
+
+    IN_PLACE = "in_place"
+    ROLE = "role"
+    JOB = "job"
+    NODE = "node"
+    SUB_MASTER = "sub_master"
+    MASTER = "master"
+
+
+class FailoverRecord(BaseModel):
+    """A recovery that was decided and counted but may not have finished.
+
+    Saved before acting, so a PrimeMaster that dies half way finishes it without counting it
+    twice; cleared once done, on every path.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tier: Tier
+    role: str | None = None
+    actors: list[str] = Field(default_factory=list[str])
+    reason: str
+    started_at: float
 
 
 class ChannelRecord(BaseModel):
@@ -87,7 +120,7 @@ class JobState(BaseModel):
     removed_nodes: list[str] = Field(default_factory=list[str])
     node_restart_count: int = 0
     node_failures: dict[str, int] = Field(default_factory=dict[str, int])
-    failover_in_progress: bool = False
+    failover: FailoverRecord | None = None
     channels: dict[str, ChannelRecord] = Field(default_factory=dict[str, ChannelRecord])
     endpoints: dict[str, dict[str, str]] = Field(
         default_factory=dict[str, dict[str, str]],
@@ -110,6 +143,8 @@ class JobState(BaseModel):
         actor: str | None = None,
         node_id: str | None = None,
         at: float | None = None,
+        tier: str | None = None,
+        duration_s: float | None = None,
     ) -> JobEvent:
         """Append an event to the bounded timeline."""
         event = JobEvent(
@@ -119,6 +154,8 @@ class JobState(BaseModel):
             role=role,
             actor=actor,
             node_id=node_id,
+            tier=tier,
+            duration_s=duration_s,
         )
         self.events.append(event)
         if len(self.events) > MAX_EVENTS:
@@ -146,6 +183,7 @@ class JobState(BaseModel):
                     name=spec_role.name,
                     kind=spec_role.kind.value,
                     restart_count=record.restart_count if record else 0,
+                    inplace_restart_count=record.inplace_restart_count if record else 0,
                     actors=sorted(actors, key=lambda a: a.rank),
                 )
             )
@@ -155,6 +193,10 @@ class JobState(BaseModel):
             exit_code=self.exit_code,
             reason=self.reason,
             job_restart_count=self.job_restart_count,
+            global_restart_count=self.global_restart_count,
+            master_restart_count=self.master_restart_count,
+            node_restart_count=self.node_restart_count,
+            removed_nodes=list(self.removed_nodes),
             roles=roles,
             events=self.events[-events:] if events else [],
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ class Health:
     metric: float | None = None
     errors: list[JobEvent] = field(default_factory=list[JobEvent])
     lock: threading.Lock = field(default_factory=threading.Lock)
+    on_report: Callable[[], None] | None = None  # pushes a report at once instead of at the next poll
 
     def beat(self, step: int | None, metric: float | None) -> None:
         with self.lock:
@@ -32,6 +34,8 @@ class Health:
     def report(self, message: str) -> None:
         with self.lock:
             self.errors.append(JobEvent(time=time.time(), kind="error_report", message=message))
+        if self.on_report is not None:
+            self.on_report()
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -96,6 +100,6 @@ def heartbeat(step: int | None = None, metric: float | None = None) -> None:
 
 
 def report_error(message: str) -> None:
-    """Report a failure the worker noticed itself; the PrimeMaster acts on it at its next poll."""
+    """Report a failure the worker noticed itself; the PrimeMaster is woken to act on it."""
     if _current is not None:
         _current.health.report(message)

@@ -34,10 +34,15 @@ class ActorObservation:
     step: int = 0
     reported_errors: tuple[str, ...] = field(default=())
     reconstructed: bool = False
+    unavailable: bool = False  # Ray is restarting it: it will report itself when back
 
     @staticmethod
     def gone(error: str) -> ActorObservation:
         return ActorObservation(stage=None, error=error)
+
+    @staticmethod
+    def restarting(error: str) -> ActorObservation:
+        return ActorObservation(stage=None, error=error, unavailable=True)
 
     @staticmethod
     def from_status(status: dict[str, Any]) -> ActorObservation:
@@ -94,6 +99,14 @@ class Scheduler(ABC):
 
         Raises:
             ActorSetupError: a replacement failed its self check.
+        """
+
+    @abstractmethod
+    def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """Call one method of one actor and return its result.
+
+        Raises:
+            ActorSetupError: the actor died or the call raised.
         """
 
     @abstractmethod

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 ActorClassFor = Callable[[RoleSpec], type]
 
 RPC_CONCURRENCY = 64
+# Ray reconstructs a dead worker or SubMaster and the new incarnation reports RESTARTED: the
+# failover ladder starts there (the seed). The PrimeMaster's limits bound the restarts; Ray's
+# own count must never end a recovery first.
+RECONSTRUCT = -1
+POLL_TIMEOUT_S = 10.0
 
 
 def default_actor_class(role: RoleSpec) -> type:
@@ -71,6 +76,9 @@ class RayScheduler(Scheduler):
         self._handles: dict[str, Any] = {}
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
         self._gpu_ids: dict[str, list[str]] = {}
+        self._sub_master_roles = {
+            sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
+        }
 
     # placement -------------------------------------------------------------------------------
     def _placement_group(self, group_name: str) -> PlacementGroup:
@@ -150,7 +158,7 @@ class RayScheduler(Scheduler):
             "namespace": NAMESPACE,
             "lifetime": "detached",
             "get_if_exists": True,
-            "max_restarts": 0,
+            "max_restarts": RECONSTRUCT,
             "max_concurrency": RPC_CONCURRENCY,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
                 placement_group=self._placement_group(plan.group),
@@ -188,7 +196,7 @@ class RayScheduler(Scheduler):
                 namespace=NAMESPACE,
                 lifetime="detached",
                 get_if_exists=True,
-                max_restarts=0,
+                max_restarts=RECONSTRUCT,
                 max_concurrency=RPC_CONCURRENCY,
                 num_cpus=0,
                 resources={isolation: ISOLATION_AMOUNT} if isolation else {},
@@ -259,6 +267,14 @@ class RayScheduler(Scheduler):
     def start(self, names: Sequence[str]) -> None:
         self._call_all(names, "start")
 
+    def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        try:
+            return ray.get(
+                getattr(self.handle(name), method).remote(*args), timeout=timeout_s or self._call_timeout
+            )
+        except (RayError, GetTimeoutError, ValueError) as exc:
+            raise ActorSetupError(name, _error_text(exc)) from None
+
     def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
         refs: dict[str, Any] = {}
         out: dict[str, ActorObservation] = {}
@@ -269,7 +285,9 @@ class RayScheduler(Scheduler):
                 out[name] = ActorObservation.gone(f"actor {name} no longer exists")
         for name, ref in refs.items():
             try:
-                out[name] = ActorObservation.from_status(ray.get(ref, timeout=self._call_timeout))
+                out[name] = ActorObservation.from_status(ray.get(ref, timeout=POLL_TIMEOUT_S))
+            except ActorUnavailableError as exc:
+                out[name] = ActorObservation.restarting(f"actor {name} is restarting: {_error_text(exc)}")
             except RayActorError as exc:
                 self._handles.pop(name, None)
                 out[name] = ActorObservation.gone(f"actor {name} died: {_error_text(exc)}")
@@ -277,23 +295,39 @@ class RayScheduler(Scheduler):
                 out[name] = ActorObservation.gone(f"actor {name} did not answer: {_error_text(exc)}")
         return out
 
+    def _reconstructed_fresh(self, name: str) -> bool:
+        """Ray already rebuilt this actor and nothing ran in it yet: set it up, do not replace it."""
+        try:
+            status: dict[str, Any] = ray.get(self.handle(name).status.remote(), timeout=5.0)
+        except (RayError, GetTimeoutError, ValueError):
+            return False
+        return bool(status.get("reconstructed")) and status.get("stage") == "INIT"
+
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:
-        for name in names:
+        replace = [name for name in names if not self._reconstructed_fresh(name)]
+        for name in replace:
             with contextlib.suppress(ValueError):  # already gone
                 ray.kill(self.handle(name), no_restart=True)
             self._handles.pop(name, None)
         deadline = time.monotonic() + self._call_timeout
-        for name in names:  # a name is free again only once Ray has deregistered the dead actor
+        for name in replace:  # a name is free again only once Ray has deregistered the dead actor
             while time.monotonic() < deadline:
                 try:
                     ray.get_actor(name, namespace=NAMESPACE)
                 except ValueError:
                     break
                 time.sleep(0.05)
-        for name in names:
-            self._handles[name] = self._create_actor(self._by_name[name])
+        for name in replace:
+            plan = self._by_name.get(name)
+            if plan is not None:
+                self._handles[name] = self._create_actor(plan)
+            else:
+                role = self._sub_master_roles[name]
+                self._handles[name] = self._create_sub_master(role, sub_master_path(role) or "")[1]
         identities = self._call_all(names, "identity")
-        self._gpu_ids.update({name: list(identities[name]["gpu_ids"]) for name in names})
+        self._gpu_ids.update(
+            {name: list(identities[name]["gpu_ids"]) for name in names if name in self._by_name}
+        )
         self.setup(names)
         return {name: identities[name]["node_id"] for name in names}
 

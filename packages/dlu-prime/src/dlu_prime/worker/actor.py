@@ -65,6 +65,19 @@ def was_reconstructed() -> bool:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
+def _report_restarted(job: str, actor: str, node_id: str | None) -> None:
+    """The seed's RESTARTED report: tell the PrimeMaster at once (it also sees it when polling)."""
+    import ray
+
+    from dlu_prime.naming import NAMESPACE, master_name
+
+    try:
+        master = ray.get_actor(master_name(job), namespace=NAMESPACE)
+        master.report_restarted.remote(actor, node_id)
+    except Exception as exc:  # the PrimeMaster may be restarting too; its poll finds us
+        logger.warning("%s: could not report the restart to the PrimeMaster: %s", actor, exc)
+
+
 class WorkerActor:
     """Base of every DLU actor; SubMasters subclass it and override `check_child`."""
 
@@ -72,7 +85,7 @@ class WorkerActor:
         self.info = info
         self.stage = ActorStage.INIT
         self.result: Result | None = None
-        self.health = Health()
+        self.health = Health(on_report=self._wake_master)
         self.entry: LoadedEntrypoint | None = None
         self.started_at: float | None = None
         self.finished_at: float | None = None
@@ -80,6 +93,8 @@ class WorkerActor:
         self._stop = threading.Event()
         self._rpc_ready = threading.Event()  # set once the user's instance exists
         self.node_id, self.gpu_ids, self.reconstructed = _ray_identity()
+        if self.reconstructed:
+            _report_restarted(info.job, info.actor_name, self.node_id)
         os.environ.update(info.env)
         prepend_sys_path(info.workdir)
         if info.workdir and os.path.isdir(info.workdir):
@@ -99,6 +114,16 @@ class WorkerActor:
                 role_sizes=info.role_sizes,
             )
         )
+
+    def _wake_master(self) -> None:
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, master_name
+
+        try:
+            ray.get_actor(master_name(self.info.job), namespace=NAMESPACE).wake.remote()
+        except Exception as exc:  # the poll still finds the report
+            logger.debug("%s: could not wake the PrimeMaster: %s", self.info.actor_name, exc)
 
     # lifecycle hooks -------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -159,6 +184,20 @@ class WorkerActor:
                 stop_hook()
             except Exception:
                 logger.exception("%s: user stop() raised", self.info.actor_name)
+
+    # debugging (the health seed's endpoints, reached through the PrimeMaster) -----------------
+    def mark_unhealthy(self, message: str) -> None:
+        """Report an error as if the worker had noticed a failure itself (tests a recovery)."""
+        self.health.report(message)
+
+    def set_step(self, step: int) -> int:
+        """Set the training step; the user's instance is told through its `set_step`, if any."""
+        hook = getattr(self.entry.instance, "set_step", None) if self.entry else None
+        if callable(hook):
+            hook(step)
+        with self.health.lock:
+            self.health.step = step
+        return step
 
     def status(self) -> dict[str, Any]:
         """Snapshot polled by the PrimeMaster."""

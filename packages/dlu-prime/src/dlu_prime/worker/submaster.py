@@ -74,8 +74,27 @@ class SubMaster:
         self.call_workers("start")
 
     def recover_running(self) -> None:
-        """Back to RUNNING after this SubMaster restarted; must not disturb healthy workers."""
+        """Back to RUNNING after this SubMaster restarted; must not disturb healthy workers.
+
+        The default starts every worker; `start` is idempotent on workers, so running ones
+        carry on untouched."""
         self.start()
+
+    def restart_actors(self, names: list[str], reason: str) -> None:
+        """Ask the PrimeMaster to replace these workers (it counts, limits, and waits until
+        they are ready)."""
+        import ray
+
+        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        ray.get(master.restart_actors.remote(names, reason))
+
+    def failover(self, names: list[str], reason: str) -> None:
+        """Role-level failover (tier 2): the PrimeMaster saw these workers fail. Restart them
+        through the PrimeMaster, then start them again; override to restart training too."""
+        import ray
+
+        self.restart_actors(names, reason)
+        ray.get([ray.get_actor(n, namespace=NAMESPACE).start.remote() for n in names], timeout=120)
 
     def stop(self) -> None:
         """Called when the job stops."""
@@ -132,6 +151,10 @@ class SubMasterActor(WorkerActor):
     def recover_running(self) -> None:
         self._impl().recover_running()
         self.stage = ActorStage.RUNNING
+        self.health.beat(None, None)
+
+    def failover(self, names: list[str], reason: str) -> None:
+        self._impl().failover(names, reason)
 
     def stop(self) -> None:
         if self.impl is not None:

@@ -1,0 +1,206 @@
+"""The failover policy: from the failures of one monitoring pass to a recovery plan.
+
+Pure, like the monitoring policy: it reads the state and returns what to do; the PrimeManager
+counts, saves and acts. The steps follow the failover seed's `deal_with_actor_restarting`:
+a failure on a node that was relaunched resets that node's count and is not a failure;
+any other failure is counted against its node; a node over its limit is relaunched; then
+failover handling picks a tier per the roles' recovery policies, or stops the job at a limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dlu_api.spec.models import RecoveryPolicy
+from dlu_api.status import JobStage
+from dlu_prime.master.monitor import Failure
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState, Tier
+from dlu_prime.roles import recovery_policy, sub_master_path
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One recovery to run: restart `actors` at `tier` (for `role`, unless job-wide)."""
+
+    tier: Tier
+    actors: tuple[str, ...]
+    reason: str
+    role: str | None = None
+
+
+@dataclass(frozen=True)
+class FailoverPlan:
+    """What one pass of failures leads to. `stop` set means the job ends with that reason."""
+
+    node_failures: dict[str, int] = field(default_factory=dict[str, int])
+    relaunch_nodes: tuple[str, ...] = ()
+    recoveries: tuple[Recovery, ...] = ()
+    stop: str | None = None
+    ignored: tuple[Failure, ...] = ()
+    counted: tuple[Failure, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def acts(self) -> bool:
+        return bool(self.recoveries or self.stop or self.relaunch_nodes)
+
+
+def with_traceback(reason: str, failure: Failure) -> str:
+    """A stop reason: one line naming the limit and culprit, then the culprit's full error."""
+    detail = failure.message.strip()
+    return f"{reason}\n{detail}" if "\n" in detail else reason
+
+
+def culprit(failure: Failure) -> str:
+    """'actor on node N: last line of the error', for reasons and the timeline."""
+    lines = [line for line in failure.message.strip().splitlines() if line.strip()]
+    where = f" on node {failure.node_id[:12]}" if failure.node_id else ""
+    return f"{failure.actor}{where} ({failure.kind}): {lines[-1] if lines else failure.kind}"
+
+
+def _first_per_actor(failures: Sequence[Failure]) -> list[Failure]:
+    """Two reports of one failure (a death and an error report, a push and a poll) are one."""
+    seen: set[str] = set()
+    out: list[Failure] = []
+    for failure in failures:
+        if failure.actor not in seen:
+            seen.add(failure.actor)
+            out.append(failure)
+    return out
+
+
+def plan_failover(state: JobState, failures: Sequence[Failure], *, has_extension: bool) -> FailoverPlan:
+    """Decide the recovery for this pass's failures (see the module docstring)."""
+    if state.stage is not JobStage.RUNNING:
+        # The seed: reports during non-RUNNING stages are ignored; a restart is under way.
+        return FailoverPlan(ignored=tuple(failures))
+    in_flight = set(state.failover.actors) if state.failover is not None else set[str]()
+    ignored = [f for f in failures if f.actor in in_flight]
+    current = _first_per_actor([f for f in failures if f.actor not in in_flight])
+    if not current:
+        return FailoverPlan(ignored=tuple(ignored))
+
+    spec = state.spec
+    limits = spec.limits
+    node_failures = dict(state.node_failures)
+    relaunch: list[str] = []
+    notes: list[str] = []
+    counted: list[Failure] = []
+    affected: dict[str, Failure] = {}
+    for failure in current:
+        record = state.actors[failure.actor]
+        node = record.node_id or failure.node_id
+        affected[failure.actor] = failure
+        if node is None:
+            counted.append(failure)
+            continue
+        if node in state.removed_nodes:
+            node_failures[node] = 0  # caused by our relaunch of that node: not a failure
+            continue
+        counted.append(failure)
+        node_failures[node] = node_failures.get(node, 0) + 1
+        limit = spec.role(record.role).per_node_max_failure
+        if node_failures[node] > limit and node not in relaunch:
+            if has_extension:
+                relaunch.append(node)
+            else:
+                notes.append(
+                    f"node {node[:12]} failed {node_failures[node]} times (per_node_max_failure={limit}); "
+                    "no extension is configured to relaunch it"
+                )
+    first = current[0]
+    if relaunch:
+        if state.node_restart_count + len(relaunch) > limits.node_max_restart:
+            return FailoverPlan(
+                node_failures=node_failures,
+                stop=with_traceback(
+                    f"node_max_restart={limits.node_max_restart} reached relaunching "
+                    f"{', '.join(n[:12] for n in relaunch)}; first failure: {culprit(first)}",
+                    first,
+                ),
+                ignored=tuple(ignored),
+                counted=tuple(counted),
+            )
+        for name, record in state.actors.items():  # everything on a relaunched node restarts
+            if record.node_id in relaunch and name not in affected:
+                affected[name] = Failure(
+                    name, record.role, "node_relaunch", "node relaunched", record.node_id
+                )
+
+    recoveries, stop = _handle(state, affected, first)
+    return FailoverPlan(
+        node_failures=node_failures,
+        relaunch_nodes=tuple(relaunch),
+        recoveries=recoveries,
+        stop=with_traceback(stop, first) if stop is not None else None,
+        ignored=tuple(ignored),
+        counted=tuple(counted),
+        notes=tuple(notes),
+    )
+
+
+def _handle(
+    state: JobState, affected: dict[str, Failure], first: Failure
+) -> tuple[tuple[Recovery, ...], str | None]:
+    """Failover handling: one job-level restart, or one recovery per role (SubMaster first)."""
+    spec = state.spec
+    roles = sorted(
+        {state.actors[name].role for name in affected}, key=lambda r: [x.name for x in spec.roles].index(r)
+    )
+    go_global = [
+        role
+        for role in roles
+        if recovery_policy(spec.role(role)) is RecoveryPolicy.GLOBAL
+        or state.roles[role].escalation_count >= spec.role(role).escalate_after
+    ]
+    if go_global:
+        return job_restart(state, first, go_global)
+
+    recoveries: list[Recovery] = []
+    for role in roles:
+        role_spec = spec.role(role)
+        record = state.roles[role]
+        names = [n for n in affected if state.actors[n].role == role]
+        sub = [n for n in names if state.actors[n].rank == SUB_MASTER_RANK]
+        workers = [n for n in names if state.actors[n].rank != SUB_MASTER_RANK]
+        culprit_failure = affected[names[0]]
+        if sub:
+            if record.sub_master_restart_count + 1 > role_spec.max_restart:
+                return (), (
+                    f"role {role} reached max_restart={role_spec.max_restart} restarting its SubMaster; "
+                    f"culprit: {culprit(culprit_failure)}"
+                )
+            recoveries.append(Recovery(Tier.SUB_MASTER, tuple(sub), culprit(affected[sub[0]]), role))
+        if workers:
+            if record.restart_count + 1 > role_spec.max_restart:
+                return (), (
+                    f"role {role} reached max_restart={role_spec.max_restart}; "
+                    f"culprit: {culprit(affected[workers[0]])}"
+                )
+            ordered = sorted(workers, key=lambda n: state.actors[n].rank)
+            recoveries.append(Recovery(Tier.ROLE, tuple(ordered), culprit(affected[workers[0]]), role))
+    return tuple(recoveries), None
+
+
+def job_restart(
+    state: JobState, first: Failure, because: Sequence[str] = ()
+) -> tuple[tuple[Recovery, ...], str | None]:
+    """Tier 3: every actor restarts, within the job and global-restart budgets."""
+    limits = state.spec.limits
+    if state.global_restart_count + 1 > limits.global_restart_budget:
+        return (), (
+            f"global_restart_budget={limits.global_restart_budget} used up "
+            f"({state.global_restart_count} job-level restarts); culprit: {culprit(first)}"
+        )
+    if state.job_restart_count + 1 > limits.job_max_restart:
+        return (), (
+            f"job_max_restart={limits.job_max_restart} reached ({state.job_restart_count} restarts); "
+            f"culprit: {culprit(first)}"
+        )
+    why = f" (role {', '.join(because)} restarts the whole job)" if because else ""
+    return (Recovery(Tier.JOB, tuple(state.actors), f"{culprit(first)}{why}"),), None
+
+
+def role_has_sub_master(state: JobState, role: str) -> bool:
+    return sub_master_path(state.spec.role(role)) is not None
