@@ -378,7 +378,7 @@ def test_status_text(fake: FakeClient) -> None:
     assert fake.calls == [("status", "x")]
     assert "job x: STOPPED (exit code 3)" in out
     assert "reason: worker failed" in out
-    assert "job restarts: 2" in out
+    assert "restarts: job restarts 2" in out
     assert "roles:" in out
     assert "worker (simple): 2 STOPPED, 1 restart(s)" in out
     assert "last 3 event(s):" in out

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from dlu_api.errors import DLUError, Problem, SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
@@ -245,6 +245,7 @@ def wait_job(
     spec: JobSpec,
     on_update: StatusCallback | None = None,
     poll_interval_s: float = 0.5,
+    on_poll: Callable[[], None] | None = None,
 ) -> JobStatus:
     """Follow the job until STOPPED, then remove its PrimeMaster and anything left behind.
 
@@ -270,6 +271,8 @@ def wait_job(
             continue
         if on_update is not None and current != last:
             on_update(current)
+        if on_poll is not None:
+            on_poll()
         last = current
         if current.stage is JobStage.STOPPED:
             final = current
@@ -300,6 +303,26 @@ def _master_lost(spec: JobSpec, last: JobStatus | None, why: str) -> JobStatus:
             "reason": f"job {spec.name} stopped because {why}; last stage {base.stage.value}",
         }
     )
+
+
+def debug_job(
+    job: str, action: str, role: str, rank: int | None = None, step: int | None = None
+) -> dict[str, Any]:
+    """Run a debugging call on the job's PrimeMaster (see PrimeMaster.debug).
+
+    Raises:
+        LookupError: the job has no PrimeMaster.
+        ValueError: unknown role, rank or action.
+    """
+    master = get_master(job)
+    if master is None:
+        raise LookupError(f"job {job!r} has no running PrimeMaster")
+    try:
+        result: dict[str, Any] = ray.get(master.debug.remote(action, role, rank, step), timeout=60)
+    except RayTaskError as exc:
+        cause = exc.cause if exc.cause is not None else exc
+        raise ValueError(str(cause)) from None
+    return result
 
 
 def stop_job(job: str, reason: str = "stopped by user request") -> bool:

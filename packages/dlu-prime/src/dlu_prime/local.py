@@ -11,12 +11,13 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.errors import JobNotFoundError
+from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import JobStage, JobStatus, JobSummary
@@ -54,6 +55,52 @@ class JobFiles:
             return json.loads(self.path(name).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise JobNotFoundError(f"no local job named {name!r}; `dlu list` shows the known jobs") from None
+
+    # debugging requests for a job run by another `dlu run` process --------------------------------
+    def _mailbox(self, name: str) -> Path:
+        return self.root / f"{name}.debug"
+
+    def ask(self, name: str, request: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any]:
+        """Leave a request for the process running the job and wait for its answer.
+
+        Raises:
+            JobNotFoundError: nobody answered (the job's `dlu run` is gone or busy).
+        """
+        box = self._mailbox(name)
+        box.mkdir(parents=True, exist_ok=True)
+        key = uuid.uuid4().hex
+        tmp = box / f"{key}.tmp"
+        tmp.write_text(json.dumps(request), encoding="utf-8")
+        tmp.replace(box / f"{key}.request.json")
+        answer = box / f"{key}.answer.json"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if answer.exists():
+                found: dict[str, Any] = json.loads(answer.read_text(encoding="utf-8"))
+                answer.unlink(missing_ok=True)
+                return found
+            time.sleep(0.1)
+        (box / f"{key}.request.json").unlink(missing_ok=True)
+        raise JobNotFoundError(
+            f"local job {name!r} did not answer in {timeout_s:.0f}s; is its `dlu run` running?"
+        )
+
+    def serve(self, name: str, handle: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Answer every waiting request (called by the process running the job)."""
+        box = self._mailbox(name)
+        if not box.is_dir():
+            return
+        for request in sorted(box.glob("*.request.json")):
+            key = request.name.split(".")[0]
+            try:
+                body: dict[str, Any] = json.loads(request.read_text(encoding="utf-8"))
+                answer = handle(body)
+            except Exception as exc:
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            request.unlink(missing_ok=True)
+            tmp = box / f"{key}.answer.tmp"
+            tmp.write_text(json.dumps(answer), encoding="utf-8")
+            tmp.replace(box / f"{key}.answer.json")
 
     def names(self) -> list[str]:
         if not self.root.is_dir():
@@ -99,7 +146,7 @@ class LocalJobClient(JobClient):
             if on_update is not None:
                 on_update(status)
 
-        final = launcher.wait_job(spec, record)
+        final = launcher.wait_job(spec, record, on_poll=lambda: self.files.serve(name, _answer_debug(name)))
         self.files.write(final, self._address)
         self._specs.pop(name, None)
         return final
@@ -146,6 +193,20 @@ class LocalJobClient(JobClient):
                 return
             time.sleep(1.0)
 
+    def debug(
+        self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
+    ) -> dict[str, object]:
+        if name in self._specs:
+            answer = _answer_debug(name)({"action": action, "role": role, "rank": rank, "step": step})
+        else:
+            record = self.files.read(name)
+            if JobStatus.model_validate(record["status"]).stage is JobStage.STOPPED:
+                raise JobNotFoundError(f"local job {name!r} has stopped")
+            answer = self.files.ask(name, {"action": action, "role": role, "rank": rank, "step": step})
+        if "error" in answer:
+            raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
+        return dict(answer["result"])
+
     def list_jobs(self) -> list[JobSummary]:
         out: list[JobSummary] = []
         for name in self.files.names():
@@ -159,3 +220,16 @@ class LocalJobClient(JobClient):
         if self._address is not None and ray.is_initialized():
             ray.shutdown()
         self._address = None
+
+
+def _answer_debug(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result = launcher.debug_job(
+                name, str(request["action"]), str(request["role"]), request.get("rank"), request.get("step")
+            )
+        except (LookupError, ValueError) as exc:
+            return {"error": str(exc)}
+        return {"result": result}
+
+    return handle

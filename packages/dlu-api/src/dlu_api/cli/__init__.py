@@ -178,6 +178,31 @@ def logs(
         raise _fail(str(exc)) from None
 
 
+DEBUG_ACTIONS = {"mark-unhealthy": "mark_unhealthy", "get-step": "get_step", "set-step": "set_step"}
+
+
+@app.command()
+def debug(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    action: Annotated[str, typer.Argument(help="mark-unhealthy, get-step or set-step.")],
+    role: Annotated[str, typer.Argument(help="Role name.")],
+    rank: Annotated[int | None, typer.Option(help="One rank of the role; unset: every rank.")] = None,
+    step: Annotated[int | None, typer.Option(help="The step for set-step.")] = None,
+    address: AddressOpt = None,
+) -> None:
+    """Debug a running job: mark a role unhealthy (a recovery runs), read or set its step."""
+    if action not in DEBUG_ACTIONS:
+        raise _fail(f"unknown action {action!r}; use one of: {', '.join(DEBUG_ACTIONS)}")
+    if action == "set-step" and step is None:
+        raise _fail("set-step needs --step N")
+    try:
+        result = connect(address).debug(job, DEBUG_ACTIONS[action], role, rank, step)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    for actor, value in result.items():
+        typer.echo(f"{actor}\t{value}")
+
+
 @app.command(name="list")
 def list_jobs(address: AddressOpt = None) -> None:
     """Jobs known locally or on the cluster."""

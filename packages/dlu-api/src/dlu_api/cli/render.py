@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from dlu_api.diagnosis import root_cause
 from dlu_api.status import JobEvent, JobStatus, RoleStatus
 
 
@@ -13,6 +14,8 @@ def role_line(role: RoleStatus, with_step: bool = False) -> str:
     stages = Counter(a.stage for a in role.actors)
     stage_text = ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items())) or "no actors"
     restarts = f", {role.restart_count} restart(s)" if role.restart_count else ""
+    if role.inplace_restart_count:
+        restarts += f", {role.inplace_restart_count} in-place restart(s)"
     steps = [a.step for a in role.actors if a.step is not None]
     step = f", step {max(steps)}" if with_step and steps else ""
     return f"  {role.name} ({role.kind}): {stage_text}{restarts}{step}"
@@ -34,8 +37,22 @@ def status_text(status: JobStatus, events: int = 10) -> str:
         lines[0] += f" (exit code {status.exit_code})"
     if status.reason:
         lines.append(f"reason: {status.reason}")
-    if status.job_restart_count:
-        lines.append(f"job restarts: {status.job_restart_count}")
+    counters = [
+        f"{label} {value}"
+        for label, value in (
+            ("job restarts", status.job_restart_count),
+            ("global restarts", status.global_restart_count),
+            ("PrimeMaster restarts", status.master_restart_count),
+            ("node relaunches", status.node_restart_count),
+        )
+        if value
+    ]
+    if counters:
+        lines.append("restarts: " + ", ".join(counters))
+    cause = root_cause(status.events)
+    if cause.first_failure is not None or cause.recoveries:
+        lines.append("root cause:")
+        lines += ["  " + line for line in cause.lines()]
     if status.roles:
         lines.append("roles:")
         lines += [role_line(r, with_step=True) for r in status.roles]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 
+from dlu_api.errors import ClusterError
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStatus, JobSummary
 
@@ -70,6 +71,18 @@ class JobClient(ABC):
     @abstractmethod
     def list_jobs(self) -> list[JobSummary]:
         """Jobs this client can see, newest first."""
+
+    def debug(
+        self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
+    ) -> dict[str, object]:
+        """The health seed's debugging endpoints, through the job's PrimeMaster: `mark_unhealthy`
+        (the workers report an error, so a recovery runs), `get_step`, `set_step`.
+
+        Raises:
+            JobNotFoundError: no such running job.
+            ClusterError: this client cannot reach the job's PrimeMaster.
+        """
+        raise ClusterError(f"{type(self).__name__} does not support `dlu debug` yet")
 
     def close(self) -> None:
         """Release what the client holds (an embedded Ray, connections). Safe to call twice."""
