@@ -13,7 +13,13 @@ def event(t: float, kind: str, message: str, **extra: object) -> JobEvent:
 
 TIMELINE = [
     event(1, "stage", "INIT -> READY"),
-    event(2, "restarted", "actor process died; Ray reconstructed it", actor="j.train.1", node_id="abcdef0123456789"),
+    event(
+        2,
+        "restarted",
+        "actor process died; Ray reconstructed it",
+        actor="j.train.1",
+        node_id="abcdef0123456789",
+    ),
     event(2.5, "died", "a later, unrelated report", actor="j.train.0"),
     event(3, "failover_started", "role failover of j.train.1", role="train", tier="role"),
     event(5.5, "failover_done", "role failover done", role="train", tier="role", duration_s=2.5),
@@ -26,7 +32,10 @@ def test_the_first_failure_is_the_root_cause_and_recoveries_follow() -> None:
     assert cause.first_failure is not None and cause.first_failure.actor == "j.train.1"
     assert [e.kind for e in cause.recoveries] == ["failover_done", "master_restarted"]
     lines = cause.lines()
-    assert lines[0] == "first failure: j.train.1 on node abcdef012345 (restarted): actor process died; Ray reconstructed it"
+    assert (
+        lines[0]
+        == "first failure: j.train.1 on node abcdef012345 (restarted): actor process died; Ray reconstructed it"
+    )
     assert lines[1] == "  [role] failover_done (2.50s): train: role failover done"
 
 

@@ -20,7 +20,7 @@ from dlu_prime.master.state import ActorStage, FailoverRecord, JobState, Tier
 from dlu_prime.naming import sub_master_name
 
 if TYPE_CHECKING:
-    from conftest import FakeScheduler, ManagerFactory, RecordingStore, RoleFactory, SpecFactory
+    from conftest import FakeScheduler, ManagerFactory, RecordingStore, RoleFactory
 
 T0, T1 = "job.trainer.0", "job.trainer.1"
 E0, E1 = "job.train.0", "job.train.1"

@@ -9,6 +9,7 @@ any other stage is stopped safely, with the reason saying why.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -99,7 +100,7 @@ class PrimeMaster:
         """Liveness, and where the PrimeMaster runs (isolation scheduling is checked with it)."""
         import ray
 
-        return {"job": self.spec.name, "node_id": ray.get_runtime_context().get_node_id()}
+        return {"job": self.spec.name, "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
     def status(self, events: int = 50) -> dict[str, Any]:
         return self.manager.status(events).model_dump(mode="json")

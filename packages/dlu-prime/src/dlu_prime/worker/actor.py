@@ -208,6 +208,7 @@ class WorkerActor:
             "finished_at": self.finished_at,
             "node_id": self.node_id,
             "reconstructed": self.reconstructed,
+            "pid": os.getpid(),
             **self.health.snapshot(),
         }
 
