@@ -131,7 +131,7 @@ def test_node_check_reports_a_straggler(ray_session: Any) -> None:
     assert verdicts and "node-2" in verdicts[0]
 
 
-def test_node_check_failure_stops_the_job_naming_the_node(ray_session: Any) -> None:
+def test_comm_fault_node_check_failure_stops_the_job_naming_the_node(ray_session: Any) -> None:
     spec = elastic_job(
         "el-faulty",
         "elastic_workloads:allreduce_only",
@@ -170,7 +170,9 @@ def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
     assert status.exit_code == 0, status.reason
 
 
-def test_faulty_node_gets_its_actors_restarted_then_trains(ray_session: Any, tmp_path: Path) -> None:
+def test_comm_fault_faulty_node_gets_its_actors_restarted_then_trains(
+    ray_session: Any, tmp_path: Path
+) -> None:
     spec = elastic_job(
         "el-recheck",
         "elastic_workloads:allreduce_only",

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 LM = ROOT / "examples" / "elastic" / "train_lm.py"
-STEPS = 30
+STEPS = 60
 
 
 def lm_job(name: str, ckpt: Path, *, extra_args: str = "", **role: Any) -> Any:
@@ -41,7 +41,7 @@ def lm_job(name: str, ckpt: Path, *, extra_args: str = "", **role: Any) -> Any:
                 {
                     "name": "trainer",
                     "kind": "elastic",
-                    "entrypoint": f"{LM} --steps {STEPS} --step-seconds 0.1 --checkpoint-dir {ckpt} {extra_args}",
+                    "entrypoint": f"{LM} --steps {STEPS} --step-seconds 0.2 --checkpoint-dir {ckpt} {extra_args}",
                     "resources": {"cpu": 0.25},
                     "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}},
                     **role,
@@ -78,6 +78,11 @@ def step_of(name: str, actor: str) -> int:
             if a.name == actor:
                 return a.step or -1
     return -1
+
+
+def recovered(job: str, tier: str) -> bool:
+    status = status_of(job)
+    return status is not None and any(e.kind == "failover_done" and e.tier == tier for e in status.events)
 
 
 def kill_actor(actor: str) -> int:
@@ -148,7 +153,7 @@ def test_job_level_failover_of_a_role_without_sub_master(ray_session: Any) -> No
             "device_type": "CPU",
             "device_per_node": 0,
             "health": {"monitor_interval_s": 0.2},
-            "config": {"steps": 30},
+            "config": {"steps": 100},
             "roles": [
                 {"name": "worker", "entrypoint": "workloads:steps_with_progress", "total": 2},
                 {"name": "helper", "entrypoint": "workloads:forever", "is_driver": False},
@@ -232,11 +237,15 @@ def test_chaos_reference_job_survives_a_fault_at_every_tier(clean_loss: str, tmp
     spec = lm_job("fo-chaos", tmp_path, extra_args="--crash-at-step 4 --crash-rank 1")
     launcher.submit_job(spec, str(HERE))
     rank0 = "fo-chaos.trainer.0"
-    wait_until("step 10", lambda: step_of(spec.name, rank0) >= 10)
+    wait_until("step 8", lambda: step_of(spec.name, rank0) >= 8)
     kill_actor("fo-chaos.trainer.1")
-    wait_until("step 16", lambda: step_of(spec.name, rank0) >= 16)
+    wait_until("the role failover", lambda: recovered(spec.name, "role"))
+    at = step_of(spec.name, rank0)
+    wait_until("training again", lambda: step_of(spec.name, rank0) >= at + 2)
     kill_actor("fo-chaos.trainer.submaster")
-    wait_until("step 22", lambda: step_of(spec.name, rank0) >= 22)
+    wait_until("the SubMaster failover", lambda: recovered(spec.name, "sub_master"))
+    at = step_of(spec.name, rank0)
+    wait_until("training again", lambda: step_of(spec.name, rank0) >= at + 2)
     kill_master(spec.name)
     status = launcher.wait_job(spec)
 

@@ -14,10 +14,8 @@ import threading
 from typing import Any
 
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobStage
 from dlu_prime.extension import Extension, ExtensionError, load_extension
-from dlu_prime.master.manager import EXIT_FAILED, FencedError, PrimeManager
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.manager import FencedError, PrimeManager
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 from dlu_prime.state.base import StateStore, create_state_store
 from dlu_prime.worker.actor import was_reconstructed
@@ -51,33 +49,10 @@ class PrimeMaster:
         self.start()
 
     def _recover(self, spec: JobSpec) -> PrimeManager:
-        stored = self.store.get(spec.name)
-        if stored is None:
+        manager = PrimeManager.self_recover(spec, self.scheduler, self.store, extension=self.extension)
+        if manager is None:
             logger.warning("job %s: reconstructed with no stored state; starting a new run", spec.name)
             return PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
-        state = JobState.loads(stored.data)
-        manager = PrimeManager(state, self.scheduler, self.store, stored.token, extension=self.extension)
-        state.master_restart_count += 1
-        in_flight = f"; {state.failover.tier.value} failover in flight" if state.failover else ""
-        state.record(
-            "master_restarted",
-            f"PrimeMaster reconstructed in stage {state.stage.value}{in_flight} "
-            f"({state.master_restart_count}/{spec.limits.master_max_restart})",
-            tier="master",
-        )
-        manager.save()
-        if state.stage is JobStage.RUNNING:
-            # Actors saved as READY were never started if the crash fell between save and start;
-            # those of an in-flight failover are the failover's to start (manager.run resumes it).
-            busy = set(state.failover.actors) if state.failover else set[str]()
-            unstarted = [n for n, a in state.actors.items() if a.stage is ActorStage.READY and n not in busy]
-            if unstarted:
-                self.scheduler.start(unstarted)
-        elif state.stage is not JobStage.STOPPED:
-            manager.finish(
-                EXIT_FAILED,
-                f"PrimeMaster restarted during {state.stage.value}, a short-lived stage; stopped safely",
-            )
         return manager
 
     def start(self) -> None:
@@ -143,8 +118,7 @@ class PrimeMaster:
             steps = self.manager.steps()
             return {name: steps.get(name) for name in names}
         if action == "mark_unhealthy":
-            for name in names:
-                self.scheduler.call(name, "mark_unhealthy", "marked unhealthy for testing (dlu debug)")
+            self.manager.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)")
             return {name: "marked unhealthy" for name in names}
         if action == "set_step":
             if step is None:

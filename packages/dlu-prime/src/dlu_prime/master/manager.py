@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
@@ -134,6 +135,7 @@ class PrimeManager:
         self._failed_request: str | None = None
         self._steps: dict[str, tuple[int, float]] = {}
         self._unavailable: dict[str, float] = {}
+        self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
         self.unsaved = False  # the last save could not reach the store
 
     @classmethod
@@ -198,6 +200,58 @@ class PrimeManager:
             at=clock(),
         )
         manager.save()
+        return manager
+
+    @classmethod
+    def self_recover(
+        cls,
+        spec: JobSpec,
+        scheduler: Scheduler,
+        store: StateStore,
+        clock: Clock = time.time,
+        extension: Extension | None = None,
+    ) -> PrimeManager | None:
+        """Tier 6: a reconstructed PrimeMaster loads the saved state and self-recovers. RUNNING
+        resumes monitoring with the actors it finds (healthy workers untouched; an in-flight
+        failover is finished by `run`); any other stage, or an error here, stops the job
+        safely. None when nothing is stored."""
+        stored = store.get(spec.name)
+        if stored is None:
+            return None
+        state = JobState.loads(stored.data)
+        manager = cls(state, scheduler, store, stored.token, clock, extension)
+        state.master_restart_count += 1
+        in_flight = f"; {state.failover.tier.value} failover in flight" if state.failover else ""
+        state.record(
+            "master_restarted",
+            f"PrimeMaster reconstructed in stage {state.stage.value}{in_flight} "
+            f"({state.master_restart_count}/{spec.limits.master_max_restart})",
+            tier=Tier.MASTER,
+            at=clock(),
+        )
+        manager.save()
+        try:
+            if state.stage is JobStage.RUNNING:
+                # Actors saved READY were never started if the crash fell between save and start;
+                # those of an in-flight failover are the failover's to start.
+                busy = set(state.failover.actors) if state.failover else set[str]()
+                unstarted = [
+                    n
+                    for n, a in state.actors.items()
+                    if a.stage is ActorStage.READY and n not in busy and n in start_targets(state)
+                ]
+                if unstarted:
+                    scheduler.start(unstarted)
+            elif state.stage is not JobStage.STOPPED:
+                manager.finish(
+                    EXIT_FAILED,
+                    f"PrimeMaster restarted during {state.stage.value}, a short-lived stage; stopped safely",
+                )
+        except (FencedError, IllegalTransition):
+            raise
+        except Exception as exc:
+            logger.exception("job %s: self-recovery failed", spec.name)
+            manager.finish(EXIT_FAILED, f"PrimeMaster self-recovery failed: {type(exc).__name__}: {exc}")
         return manager
 
     # persistence -----------------------------------------------------------------------------
@@ -364,6 +418,15 @@ class PrimeManager:
             raise ValueError(f"role {role} has no rank {rank}")
         return names
 
+    def mark_unhealthy(self, names: list[str], message: str) -> None:
+        """The health seed's mark-unhealthy endpoint: these actors count as having reported an
+        error, judged at the next monitoring pass (woken now)."""
+        with self._lock:
+            for name in names:
+                record = self.state.actors[name]
+                self._injected.append(Failure(name, record.role, "error_report", message, record.node_id))
+        self._wake.set()
+
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""
         with self._lock:
@@ -458,6 +521,10 @@ class PrimeManager:
         self._steps = track_steps(self._steps, observations, now)
         self._unavailable = track_unavailable(self._unavailable, observations, now)
         result = assess(self.state, observations, now, self._steps, self._unavailable)
+        with self._lock:
+            injected, self._injected = self._injected, []
+        if injected:
+            result = replace(result, failures=(*result.failures, *injected))
         self._apply(result)
         if result.failures:
             self.recover(result.failures)

@@ -1,0 +1,166 @@
+"""Failover times on the reference job (char-level LM, 2 nodes x 2 processes, CPU, gloo) on an
+embedded local Ray: from the fault to every rank training again, per tier; and PrimeMaster
+killed while RUNNING -> monitoring resumed, with the number of worker restarts it caused.
+
+Faults (one job, at chosen steps): a training process raises (tier 1, in place); an
+ElasticWorker actor is SIGKILLed (tier 2, role); the ElasticMaster is SIGKILLed (tier 5); the
+PrimeMaster is SIGKILLed (tier 6). "Training again" means every rank reported a new step after
+the recovery. Usage: `uv run python benchmarks/failover.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LM = ROOT / "examples" / "elastic" / "train_lm.py"
+BUDGETS = {"in_place": 1.5, "role": 4.0, "sub_master": 4.0, "master": 3.0}
+
+
+def spec(ckpt: Path, crash_at: int) -> Any:
+    from dlu_api.spec import spec_from_dict
+
+    return spec_from_dict(
+        {
+            "name": "bench-failover",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "node_num": 2,
+            "health": {"monitor_interval_s": 0.1},
+            "roles": [
+                {
+                    "name": "trainer",
+                    "kind": "elastic",
+                    "entrypoint": f"{LM} --steps 400 --step-seconds 0.1 --checkpoint-every 5 "
+                    f"--checkpoint-dir {ckpt} --crash-at-step {crash_at} --crash-rank 1",
+                    "resources": {"cpu": 0.25},
+                    "elastic": {"nnodes": 2, "nproc_per_node": 2, "node_check": {"enabled": False}},
+                }
+            ],
+        }
+    )
+
+
+def status(job: str) -> Any:
+    from dlu_prime import launcher
+
+    try:
+        return launcher.job_status(job)
+    except Exception:
+        return None
+
+
+def steps(job: str) -> dict[str, int]:
+    current = status(job)
+    if current is None:
+        return {}
+    return {a.name: a.step if a.step is not None else -1 for a in current.roles[0].actors if a.rank >= 0}
+
+
+def wait(what: str, check: Any, timeout_s: float = 300.0, every: float = 0.02) -> float:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return time.monotonic()
+        time.sleep(every)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def training_again(job: str, events_before: int, kinds: set[str]) -> float:
+    """Time when, after a recovery event, every rank reported a new step."""
+    seen: dict[str, int] = {}
+
+    def recovered() -> bool:
+        current = status(job)
+        if current is None or not any(e.kind in kinds for e in current.events[events_before:]):
+            return False
+        now = steps(job)
+        if not seen:
+            seen.update(now)
+            return False
+        return len(now) == 4 and all(now[n] != seen.get(n) and now[n] > 0 for n in now)
+
+    return wait("training again", recovered)
+
+
+def pid_of(actor: str, method: str = "status") -> int:
+    import ray
+
+    from dlu_prime.naming import NAMESPACE
+
+    handle = ray.get_actor(actor, namespace=NAMESPACE)
+    found: dict[str, Any] = ray.get(getattr(handle, method).remote(), timeout=30)
+    return int(found["pid"])
+
+
+def main() -> None:
+    from dlu_prime import launcher, ray_env
+    from dlu_prime.naming import master_name
+
+    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-bf-", dir="/tmp"))
+    ray_env.init_local(num_cpus=8)
+    ckpt = Path(tempfile.mkdtemp(prefix="dlu-bf-ckpt-"))
+    crash_at = 15
+    job = spec(ckpt, crash_at)
+    launcher.submit_job(job, str(ROOT))
+    name = job.name
+    results: dict[str, float] = {}
+
+    # tier 1: the training process of rank 1 raises at step 15 (marker file = fault time)
+    marker = ckpt / f"crashed-at-{crash_at}"
+    wait("the injected crash", marker.exists, every=0.005)
+    fault_mono = time.monotonic() - (time.time() - marker.stat().st_mtime)
+    results["in_place"] = training_again(name, 0, {"inplace_restart"}) - fault_mono
+
+    # tier 2: SIGKILL an ElasticWorker actor
+    time.sleep(2.0)
+    before = len(status(name).events)
+    os.kill(pid_of(f"{name}.trainer.3"), signal.SIGKILL)
+    fault_mono = time.monotonic()
+    results["role"] = training_again(name, before, {"failover_done"}) - fault_mono
+
+    # tier 5: SIGKILL the ElasticMaster
+    time.sleep(2.0)
+    before = len(status(name).events)
+    os.kill(pid_of(f"{name}.trainer.submaster"), signal.SIGKILL)
+    fault_mono = time.monotonic()
+    results["sub_master"] = training_again(name, before, {"failover_done"}) - fault_mono
+
+    # tier 6: SIGKILL the PrimeMaster; monitoring resumed = it answers with the restart recorded
+    time.sleep(2.0)
+    restarts_before = sum(a.restart_count for a in status(name).roles[0].actors)
+    os.kill(pid_of(master_name(name), "ping"), signal.SIGKILL)
+    fault_mono = time.monotonic()
+
+    def resumed() -> bool:
+        current = status(name)
+        return current is not None and current.master_restart_count == 1
+
+    results["master"] = wait("PrimeMaster back", resumed) - fault_mono
+    after = status(name)
+    worker_restarts = sum(a.restart_count for a in after.roles[0].actors) - restarts_before
+    launcher.stop_job(name)
+    launcher.wait_job(job)
+
+    print("failover on the reference job (2 nodes x 2 processes, CPU, gloo):")
+    for tier, seconds in results.items():
+        verdict = "ok" if seconds <= BUDGETS[tier] else "OVER"
+        print(
+            f"  {tier:<10} fault -> all ranks training again: {seconds:6.2f} s (budget {BUDGETS[tier]} s) {verdict}"
+        )
+    print(f"  PrimeMaster restart caused {worker_restarts} worker restart(s) (budget 0)")
+    print(
+        "FIGURES "
+        + " ".join(f"failover_{tier}_s={seconds:.3f}" for tier, seconds in results.items())
+        + f" master_worker_restarts={worker_restarts}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
