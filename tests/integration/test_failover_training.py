@@ -255,3 +255,33 @@ def test_chaos_reference_job_survives_a_fault_at_every_tier(clean_loss: str, tmp
     assert [e.tier for e in status.events if e.kind == "failover_done"] == ["role", "sub_master"]
     assert "master_restarted" in kinds and status.master_restart_count == 1
     assert final_loss(tmp_path) == clean_loss
+
+
+def test_manager_failover_primemaster_killed_during_a_role_failover(clean_loss: str, tmp_path: Path) -> None:
+    """Tier 6 over tier 2: the PrimeMaster dies while a role failover is in flight; the new one
+    loads the saved failover and finishes it without counting it twice."""
+    from dlu_prime import launcher
+
+    spec = lm_job("fo-overlap", tmp_path)
+    launcher.submit_job(spec, str(HERE))
+    wait_until("step 8", lambda: step_of(spec.name, "fo-overlap.trainer.0") >= 8)
+    kill_actor("fo-overlap.trainer.1")
+
+    def in_flight() -> bool:
+        status = status_of(spec.name)
+        return status is not None and any(e.kind == "failover_started" for e in status.events)
+
+    wait_until("the role failover to start", in_flight)
+    kill_master(spec.name)
+    status = launcher.wait_job(spec)
+
+    assert status.exit_code == 0, status.reason
+    assert status.master_restart_count == 1
+    assert any("role failover in flight" in e.message for e in status.events if e.kind == "master_restarted")
+    assert [e.kind for e in status.events if e.kind.startswith("failover_")] == [
+        "failover_started",
+        "failover_done",
+    ]
+    actors = {a.name: a for a in status.roles[0].actors}
+    assert actors["fo-overlap.trainer.1"].restart_count == 1 and status.roles[0].restart_count == 1
+    assert final_loss(tmp_path) == clean_loss

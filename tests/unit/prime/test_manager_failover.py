@@ -104,3 +104,16 @@ def test_self_recovery_with_nothing_stored_returns_none(
     manager, sched = make_manager()
     store.delete("job")
     assert PrimeManager.self_recover(manager.state.spec, sched, store) is None
+
+
+def test_past_master_max_restart_the_job_stops_naming_the_limit(
+    make_manager: ManagerFactory, store: RecordingStore
+) -> None:
+    manager, sched = make_manager(roles=[elastic_role()], limits={"master_max_restart": 1})
+    manager.prepare()
+    manager.start()
+    again = reconstruct(manager, sched, store)
+    assert again.state.stage is JobStage.RUNNING
+    third = reconstruct(again, sched, store)
+    assert third.state.exit_code == EXIT_FAILED
+    assert third.state.reason == "master_max_restart=1 reached (2 PrimeMaster restarts)"

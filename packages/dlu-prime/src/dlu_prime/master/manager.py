@@ -230,8 +230,14 @@ class PrimeManager:
             at=clock(),
         )
         manager.save()
+        limit = spec.limits.master_max_restart
         try:
-            if state.stage is JobStage.RUNNING:
+            if state.master_restart_count > limit and state.stage is not JobStage.STOPPED:
+                manager.finish(
+                    EXIT_FAILED,
+                    f"master_max_restart={limit} reached ({state.master_restart_count} PrimeMaster restarts)",
+                )
+            elif state.stage is JobStage.RUNNING:
                 # Actors saved READY were never started if the crash fell between save and start;
                 # those of an in-flight failover are the failover's to start.
                 busy = set(state.failover.actors) if state.failover else set[str]()
