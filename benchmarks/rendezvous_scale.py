@@ -24,6 +24,7 @@ import time
 from multiprocessing.connection import Connection
 
 import grpc
+from figures import figure
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
@@ -148,6 +149,14 @@ def main(sizes: list[int], repeats: int = REPEATS) -> None:
         verdict = "within" if medians[BUDGET_N] <= BUDGET_S else "OVER"
         print(
             f"rendezvous round of {BUDGET_N} agents: {medians[BUDGET_N]:.3f} s ({verdict} the {BUDGET_S:g} s budget)"
+        )
+    for n, value in medians.items():
+        figure(
+            f"rendezvous_{n}_agents",
+            value,
+            "s",
+            BUDGET_S if n == BUDGET_N else None,
+            label=f"rendezvous round of {n:,} simulated agents over gRPC",
         )
 
 
