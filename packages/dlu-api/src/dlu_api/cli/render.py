@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from dlu_api.recovery import recovery_lines
 from dlu_api.status import JobEvent, JobStatus, RoleStatus
 
 
@@ -39,6 +40,10 @@ def status_text(status: JobStatus, events: int = 10) -> str:
     if status.roles:
         lines.append("roles:")
         lines += [role_line(r, with_step=True) for r in status.roles]
+    recovered = recovery_lines(status.events)
+    if recovered:
+        lines.append("recoveries:")
+        lines += recovered
     if status.events and events:
         lines.append(f"last {min(events, len(status.events))} event(s):")
         lines += [event_line(e) for e in status.events[-events:]]
