@@ -42,7 +42,7 @@ class Bench:
 
 
 BENCHMARKS: tuple[Bench, ...] = (
-    Bench("controller_scale.py", quick_args=("--repeats", "3")),
+    Bench("controller_scale.py"),
     Bench("rendezvous_scale.py", quick_args=("100", "1000")),
     Bench("node_check_plan.py"),
     Bench("state_store.py", quick_args=("--stores", "memory,redis", "--rounds", "100")),
