@@ -3,7 +3,8 @@
 Compared with what the restart would cost without it: a fresh interpreter's `import torch`
 (an actor restart costs that plus Ray's own start). The in-place figure is start() of the first
 rank to the last rank's "allreduce done" heartbeat (timestamped in the child). Prints one line
-per run and the in-place median last. Usage: `uv run python benchmarks/inplace_restart.py [runs]`.
+per run, the in-place median, then its FIGURE lines (benchmarks/figures.py).
+Usage: `uv run python benchmarks/inplace_restart.py [runs]`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from figures import figure
 
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher
 
@@ -103,6 +106,15 @@ def main(runs: int = 5) -> None:
     print(
         f"in-place restart, {RANKS} training processes from a warm launcher to gloo init + allreduce done: "
         f"{statistics.median(done):.3f} s (median of {runs})"
+    )
+    figure(
+        "cold_import_torch", statistics.median(cold), "s", label="cold `import torch` (what in-place saves)"
+    )
+    figure(
+        "inplace_launch_ready",
+        statistics.median(done),
+        "s",
+        label=f"in-place: {RANKS} ranks forked, gloo init + allreduce (part of the 1.5 s in-place tier)",
     )
 
 

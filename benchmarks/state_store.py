@@ -10,7 +10,10 @@ first). The last line compares Redis's save p50 with the 2 ms budget per transit
 The embedded store needs Ray: a private local one is started (not counted). Redis is a
 private server started from `dlu_store_redis.testing` unless `--redis-url` names one.
 
-Usage: `uv run python benchmarks/state_store.py [--rounds 200] [--redis-url URL]`.
+Ends with FIGURE lines (benchmarks/figures.py). `--stores memory,redis` leaves out the embedded
+store (and so Ray), as `run_all.py --quick` does.
+
+Usage: `uv run python benchmarks/state_store.py [--rounds 200] [--redis-url URL] [--stores ...]`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+
+from figures import figure
 
 from dlu_api.spec import spec_from_dict
 from dlu_prime.master.manager import new_state
@@ -152,15 +157,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--redis-url", default=None, help="an existing server (default: start one)")
+    parser.add_argument(
+        "--stores", default="memory,embedded,redis", help="comma-separated: memory, embedded, redis"
+    )
     args = parser.parse_args()
+    chosen = [name.strip() for name in args.stores.split(",") if name.strip()]
 
     sizes = {n: len(job_state(n).dumps()) for n in SIZES}
     big = job_state(LOAD_ACTORS).dumps()
-    stores: dict[str, Callable[[], AbstractContextManager[StateStore]]] = {
+    known: dict[str, Callable[[], AbstractContextManager[StateStore]]] = {
         "memory": memory_store,
         "embedded": embedded_store,
         "redis": lambda: redis_store(args.redis_url),
     }
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        parser.error(f"unknown store(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    stores = {name: known[name] for name in chosen}
 
     print(f"save per transition, {args.rounds} rounds, ms (save = serialize + put, as PrimeManager.save)")
     print(
@@ -189,13 +202,29 @@ def main() -> None:
             f"load + parse, {LOAD_ACTORS:,} actors, {name}: {total_s * 1e3:.1f} ms "
             f"(get {get_s * 1e3:.1f} ms, parse {(total_s - get_s) * 1e3:.1f} ms)"
         )
-    puts = ", ".join(f"{redis[n][1]:.3f} ms ({n} actors)" for n in SIZES)
-    saves = ", ".join(f"{redis[n][0]:.3f} ms ({n} actors)" for n in SIZES)
-    verdict = "within" if max(p for _, p in redis.values()) <= BUDGET_MS else "OVER"
-    print(
-        f"redis p50 vs the {BUDGET_MS:.0f} ms budget: put {puts}: {verdict}; "
-        f"whole save with serialization {saves}"
-    )
+    if redis:
+        puts = ", ".join(f"{redis[n][1]:.3f} ms ({n} actors)" for n in SIZES)
+        saves = ", ".join(f"{redis[n][0]:.3f} ms ({n} actors)" for n in SIZES)
+        verdict = "within" if max(p for _, p in redis.values()) <= BUDGET_MS else "OVER"
+        print(
+            f"redis p50 vs the {BUDGET_MS:.0f} ms budget: put {puts}: {verdict}; "
+            f"whole save with serialization {saves}"
+        )
+    figure("state_size_per_actor", per_actor, "bytes", 1024.0, label="state document size per actor")
+    if redis:
+        figure(
+            "state_put_p50_redis",
+            max(p for _, p in redis.values()),
+            "ms",
+            BUDGET_MS,
+            label=f"state put per transition, Redis on loopback, p50 (worst of {SIZES[0]} and {SIZES[1]} actors)",
+        )
+        figure(
+            "state_save_p50_redis_1000",
+            redis[max(SIZES)][0],
+            "ms",
+            label=f"state save incl. serialization, Redis, p50, {max(SIZES)} actors",
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 the reference job (one elastic role, 2 nodes x 2 processes, node check on).
 
 The embedded Ray is started first and not counted: the figures are DLU's own cost. Prints one
-line per run and the medians last. Usage: `uv run python benchmarks/submit_latency.py [runs]`.
+line per run, the medians, then FIGURE lines (benchmarks/figures.py). Usage: `uv run python benchmarks/submit_latency.py [runs]`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from figures import figure
 
 from dlu_api.spec import load_spec, spec_from_dict
 from dlu_api.status import JobStage, JobStatus
@@ -97,6 +99,19 @@ def main(runs: int = 3) -> None:
     print(
         f"submit -> first training step, reference job with node check (median of {runs}): "
         f"{statistics.median(reference):.2f} s (budget 6 s)"
+    )
+    figure(
+        "submit_to_running_simple",
+        statistics.median(simple),
+        "s",
+        label="submit -> RUNNING, 4 simple workers",
+    )
+    figure(
+        "submit_to_first_step",
+        statistics.median(reference),
+        "s",
+        6.0,
+        label="submit -> first training step, reference job, node check on",
     )
 
 

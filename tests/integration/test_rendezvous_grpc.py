@@ -402,3 +402,90 @@ def test_wait_rendezvous_gives_up_after_its_overall_timeout() -> None:
             assert "1 agents joined" in error.details
     finally:
         master.server.stop(0)
+
+
+# -- held calls (long polls) -------------------------------------------------------------------
+
+
+def test_a_held_join_is_the_whole_rendezvous_in_one_call() -> None:
+    master = start_master(min_nodes=2, max_nodes=2)
+    try:
+        with master.client() as first, master.client() as second, ThreadPoolExecutor(1) as pool:
+            held = pool.submit(first.join, **join_args(0), wait_s=10.0)
+            time.sleep(0.2)
+            assert not held.done()  # held: the round waits for its second agent
+            other = second.join(**join_args(1), wait_s=10.0)
+            answer = held.result(timeout=5)
+    finally:
+        master.server.stop(0)
+    for response in (answer, other):
+        assert response.accepted and response.state.complete
+        assert response.state.world_size == 4 and response.state.round == response.round == 1
+    assert {answer.state.group_rank, other.state.group_rank} == {0, 1}
+
+
+def test_a_held_call_answers_incomplete_before_its_deadline() -> None:
+    master = start_master(min_nodes=2, max_nodes=2)
+    try:
+        with master.client(timeout_s=5.0) as client:
+            started = time.monotonic()
+            joined = client.join(**join_args(0), wait_s=0.3)
+            assert 0.25 < time.monotonic() - started < 3.0
+            assert joined.accepted and not joined.HasField("state")
+            # the deadline wins over a longer wait: answered, not DEADLINE_EXCEEDED
+            state = client.get_rendezvous(round=joined.round, agent_id="agent-0", wait_s=30.0, timeout_s=0.5)
+            assert not state.complete and state.joined_agents == 1
+    finally:
+        master.server.stop(0)
+
+
+def test_a_held_join_completes_by_the_grace_period() -> None:
+    master = start_master(min_nodes=1, max_nodes=2, grace_s=0.3)
+    try:
+        with master.client() as client:
+            started = time.monotonic()
+            joined = client.join(**join_args(0), wait_s=10.0)
+            assert joined.state.complete and joined.state.group_world_size == 1
+            assert 0.25 < time.monotonic() - started < 5.0
+    finally:
+        master.server.stop(0)
+
+
+def test_a_held_poll_of_a_superseded_round_is_refused_as_stale() -> None:
+    master = start_master(min_nodes=2, max_nodes=2)
+    try:
+        with master.client() as client:
+            joined = client.join(**join_args(0))
+            with ThreadPoolExecutor(1) as pool:
+                held = pool.submit(client.get_rendezvous, round=joined.round, agent_id="agent-0", wait_s=10.0)
+                time.sleep(0.2)
+                master.rendezvous.new_round()
+                with pytest.raises(RendezvousError) as info:
+                    held.result(timeout=5)
+            assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "round 1" in info.value.details and "round 2" in info.value.details
+    finally:
+        master.server.stop(0)
+
+
+@pytest.mark.parametrize("wait_s", [-1.0, float("nan"), float("inf")])
+def test_a_bad_wait_is_invalid_argument(master: Master, wait_s: float) -> None:
+    with master.client() as client:
+        error = expect_status(
+            grpc.StatusCode.INVALID_ARGUMENT, lambda: client.join(**join_args(0), wait_s=wait_s)
+        )
+        assert "wait_s" in error.details
+
+
+def test_stopping_the_server_ends_held_calls() -> None:
+    master = start_master(min_nodes=2, max_nodes=2)
+    with master.client(timeout_s=5.0) as client, ThreadPoolExecutor(1) as pool:
+        held = pool.submit(client.join, **join_args(0), wait_s=30.0)
+        time.sleep(0.2)
+        started = time.monotonic()
+        master.server.stop(0)
+        master.server.stop(0)  # idempotent
+        assert time.monotonic() - started < 5.0
+        with pytest.raises(RendezvousError) as info:
+            held.result(timeout=10)
+        assert info.value.code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)

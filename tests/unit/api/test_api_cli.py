@@ -501,3 +501,31 @@ def test_resume_uses_the_client_and_waits_for_the_job(fake: FakeClient, tmp_path
     assert ("resume", SPEC_DATA["name"]) in fake.calls
     assert any(call[0] == "wait" for call in fake.calls)
     assert result.exit_code == fake.statuses[-1].exit_code
+
+
+# --- events, recoveries ---------------------------------------------------------------------
+
+
+def test_events_prints_the_timeline_as_json_lines(fake: FakeClient) -> None:
+    result = runner.invoke(app, ["events", "x"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert [JobEvent.model_validate_json(line) for line in lines] == fake.statuses[-1].events
+    assert fake.calls == [("status", "x")]  # the ABC's default reads the status
+
+
+def test_events_of_an_unknown_job_is_an_error(fake: FakeClient) -> None:
+    result = runner.invoke(app, ["events", "ghost"])
+    assert result.exit_code == 2
+    assert "no job named 'ghost'" in result.output
+
+
+def test_status_shows_recovery_durations(fake: FakeClient) -> None:
+    died = event(200.0, "died", "actor died", role="worker")
+    done = event(202.5, "actors_restarted", "1 actor(s) replaced and ready")
+    last = fake.statuses[-1]
+    fake.statuses[-1] = last.model_copy(update={"events": [*last.events, died, done]})
+    result = runner.invoke(app, ["status", "x"])
+    assert result.exit_code == 0, result.output
+    assert "recoveries:" in result.output
+    assert "recovered in 2.50 s: worker died -> actors_restarted" in result.output

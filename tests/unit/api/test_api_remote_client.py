@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from dlu_api.client.remote import LAUNCH_COMMAND, RemoteJobClient, dlu_api_version
-from dlu_api.errors import ClusterError, JobNotFoundError, SpecError
+from dlu_api.errors import ClusterError, JobNotFoundError, NotSupportedError, SpecError
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
 
@@ -278,6 +278,17 @@ def test_run_submits_then_waits(server: FakeRayJobServer, client: RemoteJobClien
 def test_wait_on_unknown_job(client: RemoteJobClient) -> None:
     with pytest.raises(JobNotFoundError):
         client.wait("ghost")
+
+
+def test_events_are_not_supported_yet_with_a_pointer_to_logs(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    server.next_job = FakeJob(statuses=["RUNNING"])
+    client.submit(demo_spec())
+    with pytest.raises(NotSupportedError, match="dlu logs demo"):
+        client.events("demo")
+    with pytest.raises(JobNotFoundError, match="'ghost'"):
+        client.events("ghost")
 
 
 # --- stop ---------------------------------------------------------------------------------

@@ -307,3 +307,37 @@ def test_malformed_agents_are_rejected(field: str, value: object, message: str) 
 def test_bad_configuration_is_rejected(min_nodes: int, max_nodes: int, grace_s: float) -> None:
     with pytest.raises(ValueError):
         Rendezvous(min_nodes=min_nodes, max_nodes=max_nodes, grace_s=grace_s)
+
+
+# -- listeners (what the gRPC server's held calls wait on) -------------------------------------
+
+
+def test_listeners_hear_completion_and_new_rounds_and_can_be_removed() -> None:
+    clock = FakeClock()
+    rdzv = Rendezvous(min_nodes=2, max_nodes=3, grace_s=5.0, clock=clock)
+    heard: list[int] = []
+    remove = rdzv.add_listener(lambda: heard.append(rdzv.snapshot().round))
+    rdzv.join(agent(0))
+    rdzv.join(agent(1))
+    assert heard == []  # joins alone are not news: the round is still open
+    clock.now += 5.0
+    rdzv.refresh()  # the grace period ran out: refresh completes the round
+    assert heard == [1] and rdzv.snapshot().complete
+    rdzv.new_round()
+    assert heard == [1, 2]
+    remove()
+    rdzv.new_round()
+    assert heard == [1, 2]
+
+
+def test_a_failing_listener_does_not_break_the_rendezvous() -> None:
+    rdzv = Rendezvous(min_nodes=1, max_nodes=1)
+    heard: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("listener bug")
+
+    rdzv.add_listener(broken)
+    rdzv.add_listener(lambda: heard.append("ok"))
+    assert rdzv.join(agent(0)).accepted
+    assert rdzv.snapshot().complete and heard == ["ok"]

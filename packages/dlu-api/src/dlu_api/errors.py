@@ -42,3 +42,7 @@ class JobNotFoundError(DLUError, LookupError):
 
 class ClusterError(DLUError):
     """The cluster could not be reached or refused a request."""
+
+
+class NotSupportedError(DLUError):
+    """This client cannot do that (yet); the message says what to use instead."""

@@ -234,11 +234,12 @@ def _check_resumable(spec: JobSpec) -> None:
         raise SpecError([Problem("name", problem, "check the job name and its state store.")])
 
 
-def job_status(job: str) -> JobStatus | None:
+def job_status(job: str, events: int = 50) -> JobStatus | None:
+    """The job's status from its PrimeMaster, with its last `events` events; None if it has none."""
     master = get_master(job)
     if master is None:
         return None
-    return JobStatus.model_validate(ray.get(master.status.remote(), timeout=30))
+    return JobStatus.model_validate(ray.get(master.status.remote(events), timeout=30))
 
 
 def wait_job(

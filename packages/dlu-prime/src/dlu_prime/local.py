@@ -20,8 +20,9 @@ from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
-from dlu_api.status import JobStage, JobStatus, JobSummary
+from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import launcher, ray_env
+from dlu_prime.master.state import MAX_EVENTS
 
 HOME_ENV = "DLU_HOME"
 
@@ -157,6 +158,14 @@ class LocalJobClient(JobClient):
             if current is not None:
                 return current
         return JobStatus.model_validate(self.files.read(name)["status"])
+
+    def events(self, name: str) -> list[JobEvent]:
+        """The whole timeline while this process runs the job; else the last one saved."""
+        if name in self._specs:
+            current = launcher.job_status(name, events=MAX_EVENTS)
+            if current is not None:
+                return list(current.events)
+        return list(self.status(name).events)
 
     def stop(self, name: str) -> None:
         """Stop a local job. One run by another `dlu run` process is stopped the way Ctrl-C does:

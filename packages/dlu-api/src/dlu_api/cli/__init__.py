@@ -153,6 +153,20 @@ def status(
 
 
 @app.command()
+def events(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    address: AddressOpt = None,
+) -> None:
+    """Print a job's event timeline as JSON lines, one event per line, oldest first."""
+    try:
+        timeline = connect(address).events(job)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    for event in timeline:
+        typer.echo(event.model_dump_json())
+
+
+@app.command()
 def stop(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
     """Stop a job; its actors and placement groups are removed."""
     try:

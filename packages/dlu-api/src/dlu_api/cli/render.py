@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from dlu_api.diagnosis import root_cause
+from dlu_api.recovery import recovery_lines
 from dlu_api.status import JobEvent, JobStatus, RoleStatus
 
 
@@ -56,6 +57,10 @@ def status_text(status: JobStatus, events: int = 10) -> str:
     if status.roles:
         lines.append("roles:")
         lines += [role_line(r, with_step=True) for r in status.roles]
+    recovered = recovery_lines(status.events)
+    if recovered:
+        lines.append("recoveries:")
+        lines += recovered
     if status.events and events:
         lines.append(f"last {min(events, len(status.events))} event(s):")
         lines += [event_line(e) for e in status.events[-events:]]

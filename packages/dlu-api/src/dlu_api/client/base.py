@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from dlu_api.errors import ClusterError
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobStatus, JobSummary
+from dlu_api.status import JobEvent, JobStatus, JobSummary
 
 StatusCallback = Callable[[JobStatus], None]
 
@@ -67,6 +67,18 @@ class JobClient(ABC):
         Raises:
             JobNotFoundError: no such job.
         """
+
+    def events(self, name: str) -> list[JobEvent]:
+        """The job's event timeline, oldest first (bounded by the PrimeMaster's MAX_EVENTS).
+
+        The default reads the events of `status`; clients that can fetch the whole timeline
+        override it.
+
+        Raises:
+            JobNotFoundError: no such job.
+            NotSupportedError: this client cannot read timelines.
+        """
+        return list(self.status(name).events)
 
     @abstractmethod
     def list_jobs(self) -> list[JobSummary]:

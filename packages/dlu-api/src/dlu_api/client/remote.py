@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.errors import ClusterError, JobNotFoundError
+from dlu_api.errors import ClusterError, JobNotFoundError, NotSupportedError
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
-from dlu_api.status import JobStage, JobStatus, JobSummary
+from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
 
 SUBMISSION_PREFIX = "dlu-"
 LAUNCH_COMMAND = "python -m dlu_prime launch --spec-json"
@@ -130,6 +130,16 @@ class RemoteJobClient(JobClient):
             stage=_RAY_TO_STAGE.get(ray_status, JobStage.PENDING),
             exit_code=exit_code,
             reason=str(info.get("message") or ""),
+        )
+
+    def events(self, name: str) -> list[JobEvent]:
+        """Not yet: the Ray Jobs API status carries no DLU timeline. The job's log holds it."""
+        status = self.status(name)  # JobNotFoundError first, as for every other command
+        if status.events:
+            return list(status.events)
+        raise NotSupportedError(
+            f"the event timeline of a job on a cluster is not available yet from {self.address}; "
+            f"`dlu logs {name}` prints the job's log, which includes its events"
         )
 
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:

@@ -1,5 +1,10 @@
 """Agent side of the ElasticService: one small blocking client with a deadline on every call.
 
+Rendezvous calls are long polls: the client asks the master to hold JoinRendezvous (and, when
+that was not enough, GetRendezvous) until the round completes, so an agent usually makes one
+call per rendezvous instead of polling. A master that does not hold calls (an older one)
+answers at once; the client then falls back to polling with back-off.
+
 Every gRPC failure surfaces as `RendezvousError` carrying the status code and the server's
 details, so callers branch on `error.code` (FAILED_PRECONDITION: join again; UNAUTHENTICATED:
 wrong job; UNAVAILABLE / DEADLINE_EXCEEDED: master unreachable) without touching grpc types.
@@ -7,6 +12,7 @@ wrong job; UNAVAILABLE / DEADLINE_EXCEEDED: master unreachable) without touching
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -17,7 +23,9 @@ from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
 
 _Response = TypeVar("_Response")
-_FIRST_POLL_S = 0.01  # first poll comes quickly: the round is often complete by then
+_FIRST_POLL_S = 0.01  # polling fallback: first poll comes quickly
+LONG_POLL_S = 5.0  # the most a single held call asks the master to wait; then it asks again
+_LAST_CALL_S = 0.1  # with less than this left of an overall wait, another call is pointless
 
 
 class RendezvousError(Exception):
@@ -75,8 +83,12 @@ class ElasticClient:
         host: str,
         free_port: int,
         node_rank_hint: int | None = None,
+        wait_s: float = 0.0,
         timeout_s: float | None = None,
     ) -> pb.JoinResponse:
+        """Join; with `wait_s` the master holds the call until the round completes (the answer
+        then has `state`). The call's deadline is `timeout_s` (default: the client's) plus
+        `wait_s`."""
         request = pb.JoinRequest(
             job_token=self._token,
             agent_id=agent_id,
@@ -85,14 +97,18 @@ class ElasticClient:
             host=host,
             free_port=free_port,
             node_rank_hint=node_rank_hint,
+            wait_s=wait_s,
         )
-        return self._call("JoinRendezvous", self._stub.JoinRendezvous, request, timeout_s)
+        return self._call("JoinRendezvous", self._stub.JoinRendezvous, request, self._held(timeout_s, wait_s))
 
     def get_rendezvous(
-        self, *, round: int, agent_id: str, timeout_s: float | None = None
+        self, *, round: int, agent_id: str, wait_s: float = 0.0, timeout_s: float | None = None
     ) -> pb.RendezvousState:
-        request = pb.GetRendezvousRequest(job_token=self._token, round=round, agent_id=agent_id)
-        return self._call("GetRendezvous", self._stub.GetRendezvous, request, timeout_s)
+        """The agent's round; with `wait_s` the master holds the call until it completes."""
+        request = pb.GetRendezvousRequest(
+            job_token=self._token, round=round, agent_id=agent_id, wait_s=wait_s
+        )
+        return self._call("GetRendezvous", self._stub.GetRendezvous, request, self._held(timeout_s, wait_s))
 
     def wait_rendezvous(
         self,
@@ -102,7 +118,8 @@ class ElasticClient:
         poll_interval_s: float = 0.1,
         timeout_s: float = 300.0,
     ) -> pb.RendezvousState:
-        """Poll `round` until it is complete. Polls start fast and back off to `poll_interval_s`.
+        """Wait until `round` is complete: held calls (long polls), or polls backing off to
+        `poll_interval_s` when the master answers at once.
 
         Raises RendezvousError: DEADLINE_EXCEEDED after `timeout_s` overall, FAILED_PRECONDITION
         when the round was superseded (join again), or whatever the server answered.
@@ -110,21 +127,20 @@ class ElasticClient:
         deadline = time.monotonic() + timeout_s
         delay = min(_FIRST_POLL_S, poll_interval_s)
         while True:
-            state = self.get_rendezvous(
-                round=round,
-                agent_id=agent_id,
-                timeout_s=self._remaining(deadline, "GetRendezvous", f"round {round}"),
-            )
+            wait, answer_s = self._long_poll(deadline, "GetRendezvous", f"round {round}")
+            asked = time.monotonic()
+            state = self.get_rendezvous(round=round, agent_id=agent_id, wait_s=wait, timeout_s=answer_s)
             if state.complete:
                 return state
-            if time.monotonic() + delay >= deadline:
+            if time.monotonic() + max(delay, _LAST_CALL_S) >= deadline:
                 raise RendezvousError(
                     "GetRendezvous",
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"round {round} not complete after {timeout_s:g} s ({state.joined_agents} agents joined)",
                 )
-            time.sleep(delay)
-            delay = min(delay * 2, poll_interval_s)
+            if time.monotonic() - asked < wait / 2:  # not held: a master that only answers polls
+                time.sleep(delay)
+                delay = min(delay * 2, poll_interval_s)
 
     def rendezvous(
         self,
@@ -143,6 +159,7 @@ class ElasticClient:
         deadline = time.monotonic() + timeout_s
         rejoin_delay = 0.0  # the first re-join after a superseded round is immediate
         while True:
+            wait, answer_s = self._long_poll(deadline, "JoinRendezvous", "the rendezvous")
             joined = self.join(
                 agent_id=agent_id,
                 node_id=node_id,
@@ -150,8 +167,11 @@ class ElasticClient:
                 host=host,
                 free_port=free_port,
                 node_rank_hint=node_rank_hint,
-                timeout_s=self._remaining(deadline, "JoinRendezvous", "the rendezvous"),
+                wait_s=wait,
+                timeout_s=answer_s,
             )
+            if joined.state.complete:  # held until the round completed: the usual single call
+                return joined.state
             if not joined.accepted:  # the round is full: try again later
                 if time.monotonic() + poll_interval_s >= deadline:
                     raise RendezvousError(
@@ -250,6 +270,21 @@ class ElasticClient:
         if remaining <= 0:
             raise RendezvousError(method, grpc.StatusCode.DEADLINE_EXCEEDED, f"timed out waiting for {what}")
         return min(self.timeout_s, remaining)
+
+    def _long_poll(self, deadline: float, method: str, what: str) -> tuple[float, float]:
+        """(how long the master may hold the next call, time left for its answer): at most
+        LONG_POLL_S held, and the two together within what is left of the overall wait."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RendezvousError(method, grpc.StatusCode.DEADLINE_EXCEEDED, f"timed out waiting for {what}")
+        wait = min(LONG_POLL_S, remaining * 0.9)
+        return wait, min(self.timeout_s, remaining - wait)
+
+    def _held(self, timeout_s: float | None, wait_s: float) -> float:
+        """A held call's deadline: the time to answer plus the time the master may hold it (a
+        wait that is no number of seconds is the master's to refuse; it adds nothing here)."""
+        held = wait_s if math.isfinite(wait_s) and wait_s > 0 else 0.0
+        return (self.timeout_s if timeout_s is None else timeout_s) + held
 
     def _call(
         self,

@@ -1,11 +1,18 @@
 """The ElasticService gRPC server: a thin servicer over the pure `Rendezvous`, and `serve`.
 
-Refusals are decided in ONE place, the `_Guard` interceptor that wraps every method: bytes that
-do not decode -> INVALID_ARGUMENT (gRPC alone would say INTERNAL); a missing or wrong job token
--> UNAUTHENTICATED before the servicer sees the request; then what the servicer raises becomes
-a status: `InvalidRequestError` -> INVALID_ARGUMENT, a stale round or a non-member ->
+Refusals are decided in ONE place, `_Server._guard`, which wraps every method: bytes that do not
+decode -> INVALID_ARGUMENT (gRPC alone would say INTERNAL); a missing or wrong job token ->
+UNAUTHENTICATED before the servicer sees the request; then what the servicer raises becomes a
+status: `InvalidRequestError` -> INVALID_ARGUMENT, a stale round or a non-member ->
 FAILED_PRECONDITION, anything else -> INTERNAL (logged with its traceback). So no request,
 however malformed, can take the master down, and the servicer methods read as the happy path.
+
+The server is gRPC's asyncio server, on an event loop in a thread of its own, so a rendezvous
+call can be *held* until its round completes (`wait_s`, a long poll) without holding a thread:
+a thousand agents cost a thousand pending calls, not a thousand threads, and one call per agent
+usually does the whole rendezvous (measured in benchmarks/rendezvous_scale.py: every gRPC call
+costs this machine about half a millisecond of server CPU whatever it does, so the number of
+calls is the figure). Rendezvous calls run on the loop (they take a lock for microseconds).
 
 The ElasticMaster plugs its logic in through plain callables (`on_node_check`, `on_heartbeat`,
 `on_failure`); they run on the server's few worker threads, after the request was
@@ -15,23 +22,29 @@ quick: hand anything slow (Ray calls, restarts) to another thread.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import grpc
+import grpc.aio
 
 from dlu.elastic.v1 import elastic_pb2 as pb
-from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
 from dlu_elastic.rendezvous.state import (
     AgentInfo,
+    AgentView,
     InvalidRequestError,
+    NotMemberError,
     Rendezvous,
     RendezvousStateError,
+    StaleRoundError,
     check_id,
 )
 
@@ -41,12 +54,21 @@ NodeCheckHook = Callable[[pb.NodeCheckReport], None]
 HeartbeatHook = Callable[[pb.HeartbeatRequest], "pb.Action | int"]
 FailureHook = Callable[[pb.FailureReport], None]
 
+SERVICE = "dlu.elastic.v1.ElasticService"
+MAX_WAIT_S = 60.0  # a held call is answered after this at the latest, whatever it asked
+_DEADLINE_MARGIN_S = 0.05  # a held call answers this long before the client's deadline
+_RECHECK_S = 0.05  # while calls are held, the grace period is re-evaluated this often
+_START_TIMEOUT_S = 30.0
+
 _ACTIONS = frozenset(pb.Action.values())
 _MAX_ERROR_LENGTH = 64 * 1024  # error texts are tracebacks; more is a runaway log, not a report
 
+_T = TypeVar("_T")
 
-class ElasticServicer(pb_grpc.ElasticServiceServicer):
-    """Validates requests and delegates to the rendezvous and the master's hooks."""
+
+class ElasticServicer:
+    """Validates requests and delegates to the rendezvous and the master's hooks. Transport
+    free: the server below calls these with decoded, authenticated requests."""
 
     def __init__(
         self,
@@ -61,7 +83,8 @@ class ElasticServicer(pb_grpc.ElasticServiceServicer):
         self._on_heartbeat = on_heartbeat
         self._on_failure = on_failure
 
-    def JoinRendezvous(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
+    def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
+        _check_wait(request.wait_s)
         agent = AgentInfo(
             agent_id=request.agent_id,
             node_id=request.node_id,
@@ -73,23 +96,21 @@ class ElasticServicer(pb_grpc.ElasticServiceServicer):
         result = self.rendezvous.join(agent)
         return pb.JoinResponse(round=result.round, accepted=result.accepted)
 
-    def GetRendezvous(
-        self, request: pb.GetRendezvousRequest, context: grpc.ServicerContext
-    ) -> pb.RendezvousState:
+    def view(self, request: pb.GetRendezvousRequest) -> AgentView:
         check_id("agent_id", request.agent_id)
-        view = self.rendezvous.view(request.agent_id, request.round)
-        state = pb.RendezvousState(round=view.round, joined_agents=view.joined, waiting_agents=view.waiting)
-        if view.assignment is not None and view.placement is not None:
-            state.complete = True
-            state.world_size = view.assignment.world_size
-            state.group_world_size = view.assignment.group_world_size
-            state.master_addr = view.assignment.master_addr
-            state.master_port = view.assignment.master_port
-            state.group_rank = view.placement.group_rank
-            state.rank_offset = view.placement.rank_offset
-        return state
+        _check_wait(request.wait_s)
+        return self.rendezvous.view(request.agent_id, request.round)
 
-    def ReportNodeCheck(self, request: pb.NodeCheckReport, context: grpc.ServicerContext) -> pb.Ack:
+    def complete_view(self, agent_id: str, round_: int) -> AgentView | None:
+        """The agent's view once `round_` is complete; None while it is not, or if it can never
+        be (superseded, or the agent left it)."""
+        try:
+            view = self.rendezvous.view(agent_id, round_)
+        except (StaleRoundError, NotMemberError):
+            return None
+        return view if view.complete else None
+
+    def report_node_check(self, request: pb.NodeCheckReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)
         check_id("node_id", request.node_id)
         _check_error_text(request.error)
@@ -102,7 +123,7 @@ class ElasticServicer(pb_grpc.ElasticServiceServicer):
             self._on_node_check(request)
         return pb.Ack()
 
-    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatResponse:
+    def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         check_id("agent_id", request.agent_id)
         if request.step < 0:
             raise InvalidRequestError(f"step must be >= 0, got {request.step}")
@@ -117,7 +138,7 @@ class ElasticServicer(pb_grpc.ElasticServiceServicer):
             raise RuntimeError(f"on_heartbeat returned {action!r}, not an elastic.v1.Action")
         return pb.HeartbeatResponse(action=cast("pb.Action", action))
 
-    def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.Ack:
+    def report_failure(self, request: pb.FailureReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)
         _check_error_text(request.error)
         if request.local_rank < -1:
@@ -130,16 +151,33 @@ class ElasticServicer(pb_grpc.ElasticServiceServicer):
         return pb.Ack()
 
 
+def rendezvous_state(view: AgentView) -> pb.RendezvousState:
+    """The wire form of what one agent knows about its round."""
+    state = pb.RendezvousState(round=view.round, joined_agents=view.joined, waiting_agents=view.waiting)
+    if view.assignment is not None and view.placement is not None:
+        state.complete = True
+        state.world_size = view.assignment.world_size
+        state.group_world_size = view.assignment.group_world_size
+        state.master_addr = view.assignment.master_addr
+        state.master_port = view.assignment.master_port
+        state.group_rank = view.placement.group_rank
+        state.rank_offset = view.placement.rank_offset
+    return state
+
+
 def _check_error_text(error: str) -> None:
     if len(error) > _MAX_ERROR_LENGTH:
         raise InvalidRequestError(f"error is {len(error)} characters long; the limit is {_MAX_ERROR_LENGTH}")
 
 
-_Behavior = Callable[[Any, grpc.ServicerContext], Any]
+def _check_wait(wait_s: float) -> None:
+    if not (math.isfinite(wait_s) and wait_s >= 0):
+        raise InvalidRequestError(f"wait_s must be a finite number of seconds >= 0, got {wait_s}")
+
 
 # SO_REUSEPORT off: an explicit port already in use fails in `serve` instead of being silently
-# shared with another server. The C-core cancels calls that arrive while more than 3,000 wait for
-# a worker thread (its default hard limit): thousands of agents joining at once need more room.
+# shared with another server. The C-core cancels calls that arrive while more than 3,000 wait
+# (its default hard limit): thousands of agents joining at once need more room.
 _SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.so_reuseport", 0),
     ("grpc.server.max_pending_requests", 16384),
@@ -165,59 +203,166 @@ def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-class _Guard(grpc.ServerInterceptor):
-    """Token check and exception-to-status mapping for every unary method (see module docstring)."""
+class _RoundWatch:
+    """Wakes held calls when a round completes or moves on. Lives on the server's loop.
 
-    def __init__(self, token: str) -> None:
+    The rendezvous calls `_notify` from any thread, under its lock; the news reaches the loop
+    through `call_soon_threadsafe`, where one event per change wakes every held call. While
+    calls are held, one ticker refreshes the rendezvous so a grace period that runs out is seen.
+    """
+
+    def __init__(self, rendezvous: Rendezvous, loop: asyncio.AbstractEventLoop) -> None:
+        self._rendezvous = rendezvous
+        self._loop = loop
+        self._event = asyncio.Event()
+        self._held = 0
+        self._ticker: asyncio.Task[None] | None = None
+        self.remove = rendezvous.add_listener(self._notify)
+
+    def _notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is held
+            self._loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def until(self, ready: Callable[[], _T | None], timeout_s: float) -> _T | None:
+        """`ready()`'s first non-None answer, checked now and after every change; None when
+        `timeout_s` passes first. Exceptions of `ready()` propagate."""
+        deadline = self._loop.time() + timeout_s
+        self._held += 1
+        if self._ticker is None:
+            self._ticker = self._loop.create_task(self._tick())
+        try:
+            while True:
+                event = self._event  # taken before the check: a change after it sets this event
+                found = ready()
+                remaining = deadline - self._loop.time()
+                if found is not None or remaining <= 0:
+                    return found
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
+                        await event.wait()
+        finally:
+            self._held -= 1
+
+    def close(self) -> None:
+        """Stop hearing from the rendezvous and stop the ticker (on the loop, at shutdown)."""
+        self.remove()
+        if self._ticker is not None:
+            self._ticker.cancel()
+
+    async def _tick(self) -> None:
+        try:
+            while self._held:
+                await asyncio.sleep(_RECHECK_S)
+                self._rendezvous.refresh()
+        finally:
+            self._ticker = None
+
+
+_Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class _Server:
+    """The asyncio side: method table, guard, held calls. Created on the loop's thread."""
+
+    def __init__(self, servicer: ElasticServicer, token: str, pool: ThreadPoolExecutor) -> None:
+        self.servicer = servicer
         self._token = token.encode()
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+        self._pool = pool
+        self._loop = asyncio.get_running_loop()
+        self.watch = _RoundWatch(servicer.rendezvous, self._loop)
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        method: str = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None:
-            return cached
-        handler = continuation(handler_call_details)
-        behavior: _Behavior | None = None if handler is None else handler.unary_unary
-        if handler is None or behavior is None:
-            return handler  # unknown method: gRPC answers UNIMPLEMENTED; we serve no streams
-        deserializer: Callable[[bytes], Any] | None = handler.request_deserializer
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            self._guarded(method, behavior),
-            request_deserializer=None if deserializer is None else _tolerant(deserializer),
-            response_serializer=handler.response_serializer,
+    def handlers(self) -> grpc.GenericRpcHandler:
+        methods: dict[str, tuple[_Handler, Any, Any]] = {
+            "JoinRendezvous": (self._join, pb.JoinRequest, pb.JoinResponse),
+            "GetRendezvous": (self._get, pb.GetRendezvousRequest, pb.RendezvousState),
+            "ReportNodeCheck": (self._in_pool(self.servicer.report_node_check), pb.NodeCheckReport, pb.Ack),
+            "Heartbeat": (self._in_pool(self.servicer.heartbeat), pb.HeartbeatRequest, pb.HeartbeatResponse),
+            "ReportFailure": (self._in_pool(self.servicer.report_failure), pb.FailureReport, pb.Ack),
+        }
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                name: grpc.unary_unary_rpc_method_handler(
+                    self._guard(f"/{SERVICE}/{name}", handler),
+                    request_deserializer=_tolerant(request.FromString),
+                    response_serializer=response.SerializeToString,
+                )
+                for name, (handler, request, response) in methods.items()
+            },
         )
-        self._wrapped[method] = wrapped
-        return wrapped
 
-    def _guarded(self, method: str, behavior: _Behavior) -> _Behavior:
-        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+    def _in_pool(self, call: Callable[[Any], _T]) -> _Handler:
+        """The master's hooks may block briefly: they run on worker threads, never on the loop."""
+
+        async def handler(request: Any, context: grpc.aio.ServicerContext) -> _T:
+            return await self._loop.run_in_executor(self._pool, call, request)
+
+        return handler
+
+    def _hold_s(self, wait_s: float, context: grpc.aio.ServicerContext) -> float:
+        """How long a call may be held: what it asked, within our cap and its deadline."""
+        wait = min(wait_s, MAX_WAIT_S)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, remaining - _DEADLINE_MARGIN_S)
+        return max(wait, 0.0)
+
+    async def _join(self, request: pb.JoinRequest, context: grpc.aio.ServicerContext) -> pb.JoinResponse:
+        response = self.servicer.join(request)
+        wait = self._hold_s(request.wait_s, context)
+        if not response.accepted or wait <= 0:
+            return response
+        view = await self.watch.until(
+            lambda: self.servicer.complete_view(request.agent_id, response.round), wait
+        )
+        if view is not None:
+            response.state.CopyFrom(rendezvous_state(view))
+        return response
+
+    async def _get(
+        self, request: pb.GetRendezvousRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RendezvousState:
+        view = self.servicer.view(request)  # refusals (stale, not a member) come at once
+        wait = self._hold_s(request.wait_s, context)
+        if not view.complete and wait > 0:
+
+            def settled() -> AgentView | None:
+                current = self.servicer.view(request)  # raises once the round is superseded
+                return current if current.complete else None
+
+            view = await self.watch.until(settled, wait) or self.servicer.view(request)
+        return rendezvous_state(view)
+
+    def _guard(self, method: str, handler: _Handler) -> _Handler:
+        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, _Undecodable):
-                context.abort(
+                await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"undecodable request for {method}: {request.error}"
                 )
             token = getattr(request, "job_token", "")
             if not token:
                 log.warning("refused %s: no job token", method)
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing job_token")
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing job_token")
             if not hmac.compare_digest(token.encode(), self._token):
                 log.warning("refused %s: wrong job token", method)
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong job_token for this job")
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong job_token for this job")
             try:
-                return behavior(request, context)
+                return await handler(request, context)
             except InvalidRequestError as exc:
                 code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
             except RendezvousStateError as exc:  # StaleRoundError, NotMemberError
                 code, details = grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:
                 log.exception("internal error in %s", method)
                 code, details = grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}"
             log.debug("refused %s: %s %s", method, code.name, details)
-            context.abort(code, details)
+            await context.abort(code, details)
 
         return guarded
 
@@ -229,7 +374,12 @@ class RunningServer:
     host: str
     port: int
     servicer: ElasticServicer
-    server: grpc.Server
+    server: grpc.aio.Server
+    loop: asyncio.AbstractEventLoop = field(repr=False)
+    thread: threading.Thread = field(repr=False)
+    pool: ThreadPoolExecutor = field(repr=False)
+    watch: _RoundWatch | None = field(repr=False, default=None)
+    _stopped: bool = field(default=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -237,14 +387,37 @@ class RunningServer:
         return _target(self.host, self.port)
 
     def stop(self, grace: float | None = None) -> None:
-        """Stop accepting calls, let running ones finish for `grace` seconds, then cancel them."""
-        self.server.stop(grace).wait()
+        """Stop accepting calls, let running ones finish for `grace` seconds, then cancel them
+        (held calls included). Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        watch = self.watch
+
+        async def shutdown() -> None:
+            await self.server.stop(grace)
+            if watch is not None:
+                watch.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result()
+        finally:
+            _stop_loop(self.loop, self.thread)
+            self.pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> RunningServer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop(0)
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    if loop.is_running():
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    if not thread.is_alive() and not loop.is_closed():
+        loop.close()
 
 
 def serve(
@@ -258,30 +431,52 @@ def serve(
 ) -> RunningServer:
     """Start the ElasticService on `host:port` (0 picks a free port) and return at once.
 
-    Few workers on purpose: handlers hold the GIL for microseconds, and more threads only add
-    contention (measured with benchmarks/rendezvous_scale.py). `options` are extra gRPC server
-    arguments (see `_SERVER_OPTIONS` for ours). Raises OSError when the address is taken.
+    The server runs on an event loop in a daemon thread of its own; `max_workers` threads run
+    the master's hooks. `options` are extra gRPC server arguments (see `_SERVER_OPTIONS` for
+    ours). Raises OSError when the address is taken.
     """
     if not token:
         raise ValueError("serve() needs a non-empty job token: the service never runs unauthenticated")
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be in 0..65535, got {port}")
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dlu-elastic-grpc"),
-        interceptors=[_Guard(token)],
-        options=[*_SERVER_OPTIONS, *options],
-    )
-    pb_grpc.add_ElasticServiceServicer_to_server(servicer, server)
     target = _target(host, port)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="dlu-elastic-grpc-loop", daemon=True)
+    thread.start()
+    pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dlu-elastic-grpc")
+
+    async def start() -> tuple[grpc.aio.Server, int, _Server]:
+        side = _Server(servicer, token, pool)
+        server = grpc.aio.server(options=[*_SERVER_OPTIONS, *options])
+        server.add_generic_rpc_handlers((side.handlers(),))
+        try:
+            bound = server.add_insecure_port(target)
+        except RuntimeError as exc:  # recent grpcio raises instead of returning 0
+            side.watch.remove()
+            raise OSError(f"cannot bind the elastic gRPC server to {target}: {exc}") from exc
+        if bound == 0:
+            side.watch.remove()
+            raise OSError(f"cannot bind the elastic gRPC server to {target}")
+        await server.start()
+        return server, bound, side
+
     try:
-        bound = server.add_insecure_port(target)
-    except RuntimeError as exc:  # recent grpcio raises instead of returning 0
-        raise OSError(f"cannot bind the elastic gRPC server to {target}: {exc}") from exc
-    if bound == 0:
-        raise OSError(f"cannot bind the elastic gRPC server to {target}")
-    server.start()
+        server, bound, side = asyncio.run_coroutine_threadsafe(start(), loop).result(_START_TIMEOUT_S)
+    except BaseException:
+        _stop_loop(loop, thread)
+        pool.shutdown(wait=False)
+        raise
     log.info("elastic gRPC server listening on %s", _target(host, bound))
-    return RunningServer(host=host, port=bound, servicer=servicer, server=server)
+    return RunningServer(
+        host=host,
+        port=bound,
+        servicer=servicer,
+        server=server,
+        loop=loop,
+        thread=thread,
+        pool=pool,
+        watch=side.watch,
+    )
 
 
 def _target(host: str, port: int) -> str:

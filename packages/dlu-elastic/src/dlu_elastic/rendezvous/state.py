@@ -22,15 +22,22 @@ Decisions (DESIGN section 3, torchrun's dynamic rendezvous where this file is si
 - The master drives the rest: `leave` (an agent is gone) and `new_round` (restart training)
   start the next round, which expects the surviving members.
 
-Thread-safe: the gRPC servicer calls in from its thread pool, the master from its own thread.
+Thread-safe: the gRPC server calls in from its event loop and worker threads, the master from
+its own thread. Waiters that cannot block a thread (the gRPC server's long polls) register a
+listener: it is called, under the lock, whenever a round completes or a new round starts, and
+must only hand the news on (for example `loop.call_soon_threadsafe`). Completion by the grace
+period is noticed when someone looks: call `refresh()` now and then while anyone waits.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 MAX_ID_LENGTH = 256  # agent, node and host names; longer is garbage, not an id
 MAX_LOCAL_RANKS = 1024  # processes per agent; keeps world sizes far inside int32
@@ -222,6 +229,25 @@ class Rendezvous:
         self._cond = threading.Condition()
         self._round = RendezvousRound(number=1)
         self._spares: dict[str, AgentInfo] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener()` (under the lock: it must be quick and must not call back into this
+        object) whenever a round completes or the next round starts. Returns the remover."""
+        with self._cond:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._cond:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def refresh(self) -> None:
+        """Complete the current round if its grace period has run out (listeners hear of it)."""
+        with self._cond:
+            self._advance(self._clock())
 
     @property
     def round(self) -> int:
@@ -345,7 +371,7 @@ class Rendezvous:
         # Spares are forgotten: they keep joining and land in the new round if still alive.
         self._spares.clear()
         self._round = RendezvousRound(number=self._round.number + 1, expected=expected)
-        self._cond.notify_all()
+        self._changed()
 
     def _advance(self, now: float) -> None:
         """Complete the current round when one of the rules of the module docstring holds."""
@@ -360,4 +386,12 @@ class Rendezvous:
         everyone_back = bool(current.expected) and current.expected <= current.joined.keys()
         if count >= self.max_nodes or everyone_back or now - current.min_reached_at >= self.grace_s:
             current.assignment = assign(current.number, current.joined.values())
-            self._cond.notify_all()
+            self._changed()
+
+    def _changed(self) -> None:
+        self._cond.notify_all()
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:  # a listener's bug must not break the rendezvous
+                log.exception("rendezvous listener failed")

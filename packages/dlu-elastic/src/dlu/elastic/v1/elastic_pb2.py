@@ -24,33 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64lu/elastic/v1/elastic.proto\x12\x0e\x64lu.elastic.v1\"\xa9\x01\n\x0bJoinRequest\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x1b\n\x0enode_rank_hint\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0blocal_ranks\x18\x04 \x01(\x05\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x11\n\tfree_port\x18\x07 \x01(\x05\x42\x11\n\x0f_node_rank_hint\"/\n\x0cJoinResponse\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\"J\n\x14GetRendezvousRequest\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\"\xe2\x01\n\x0fRendezvousState\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12\x12\n\ngroup_rank\x18\x04 \x01(\x05\x12\x13\n\x0brank_offset\x18\x05 \x01(\x05\x12\x18\n\x10group_world_size\x18\x06 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\x07 \x01(\t\x12\x13\n\x0bmaster_port\x18\x08 \x01(\x05\x12\x16\n\x0ewaiting_agents\x18\t \x01(\x05\x12\x15\n\rjoined_agents\x18\n \x01(\x05\"\x9e\x01\n\x0fNodeCheckReport\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x11\n\telapsed_s\x18\x05 \x01(\x01\x12\x0f\n\x07success\x18\x06 \x01(\x08\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x13\n\x0b\x63heck_round\x18\x08 \x01(\x05\"\x8b\x01\n\x10HeartbeatRequest\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x12\n\nhas_metric\x18\x05 \x01(\x08\x12\x0e\n\x06metric\x18\x06 \x01(\x01\x12\x11\n\ttimestamp\x18\x07 \x01(\x01\";\n\x11HeartbeatResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.dlu.elastic.v1.Action\"y\n\rFailureReport\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x12\n\nlocal_rank\x18\x04 \x01(\x05\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"\x05\n\x03\x41\x63k*>\n\x06\x41\x63tion\x12\x0f\n\x0b\x41\x43TION_NONE\x10\x00\x12\x12\n\x0e\x41\x43TION_RESTART\x10\x01\x12\x0f\n\x0b\x41\x43TION_STOP\x10\x02\x32\x95\x03\n\x0e\x45lasticService\x12K\n\x0eJoinRendezvous\x12\x1b.dlu.elastic.v1.JoinRequest\x1a\x1c.dlu.elastic.v1.JoinResponse\x12V\n\rGetRendezvous\x12$.dlu.elastic.v1.GetRendezvousRequest\x1a\x1f.dlu.elastic.v1.RendezvousState\x12G\n\x0fReportNodeCheck\x12\x1f.dlu.elastic.v1.NodeCheckReport\x1a\x13.dlu.elastic.v1.Ack\x12P\n\tHeartbeat\x12 .dlu.elastic.v1.HeartbeatRequest\x1a!.dlu.elastic.v1.HeartbeatResponse\x12\x43\n\rReportFailure\x12\x1d.dlu.elastic.v1.FailureReport\x1a\x13.dlu.elastic.v1.Ackb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64lu/elastic/v1/elastic.proto\x12\x0e\x64lu.elastic.v1\"\xb9\x01\n\x0bJoinRequest\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x1b\n\x0enode_rank_hint\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0blocal_ranks\x18\x04 \x01(\x05\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x11\n\tfree_port\x18\x07 \x01(\x05\x12\x0e\n\x06wait_s\x18\x08 \x01(\x01\x42\x11\n\x0f_node_rank_hint\"_\n\x0cJoinResponse\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12.\n\x05state\x18\x03 \x01(\x0b\x32\x1f.dlu.elastic.v1.RendezvousState\"Z\n\x14GetRendezvousRequest\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0e\n\x06wait_s\x18\x04 \x01(\x01\"\xe2\x01\n\x0fRendezvousState\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12\x12\n\ngroup_rank\x18\x04 \x01(\x05\x12\x13\n\x0brank_offset\x18\x05 \x01(\x05\x12\x18\n\x10group_world_size\x18\x06 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\x07 \x01(\t\x12\x13\n\x0bmaster_port\x18\x08 \x01(\x05\x12\x16\n\x0ewaiting_agents\x18\t \x01(\x05\x12\x15\n\rjoined_agents\x18\n \x01(\x05\"\x9e\x01\n\x0fNodeCheckReport\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x11\n\telapsed_s\x18\x05 \x01(\x01\x12\x0f\n\x07success\x18\x06 \x01(\x08\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x13\n\x0b\x63heck_round\x18\x08 \x01(\x05\"\x8b\x01\n\x10HeartbeatRequest\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x12\n\nhas_metric\x18\x05 \x01(\x08\x12\x0e\n\x06metric\x18\x06 \x01(\x01\x12\x11\n\ttimestamp\x18\x07 \x01(\x01\";\n\x11HeartbeatResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.dlu.elastic.v1.Action\"y\n\rFailureReport\x12\x11\n\tjob_token\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x12\n\nlocal_rank\x18\x04 \x01(\x05\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"\x05\n\x03\x41\x63k*>\n\x06\x41\x63tion\x12\x0f\n\x0b\x41\x43TION_NONE\x10\x00\x12\x12\n\x0e\x41\x43TION_RESTART\x10\x01\x12\x0f\n\x0b\x41\x43TION_STOP\x10\x02\x32\x95\x03\n\x0e\x45lasticService\x12K\n\x0eJoinRendezvous\x12\x1b.dlu.elastic.v1.JoinRequest\x1a\x1c.dlu.elastic.v1.JoinResponse\x12V\n\rGetRendezvous\x12$.dlu.elastic.v1.GetRendezvousRequest\x1a\x1f.dlu.elastic.v1.RendezvousState\x12G\n\x0fReportNodeCheck\x12\x1f.dlu.elastic.v1.NodeCheckReport\x1a\x13.dlu.elastic.v1.Ack\x12P\n\tHeartbeat\x12 .dlu.elastic.v1.HeartbeatRequest\x1a!.dlu.elastic.v1.HeartbeatResponse\x12\x43\n\rReportFailure\x12\x1d.dlu.elastic.v1.FailureReport\x1a\x13.dlu.elastic.v1.Ackb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dlu.elastic.v1.elastic_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACTION']._serialized_start=1068
-  _globals['_ACTION']._serialized_end=1130
+  _globals['_ACTION']._serialized_start=1148
+  _globals['_ACTION']._serialized_end=1210
   _globals['_JOINREQUEST']._serialized_start=49
-  _globals['_JOINREQUEST']._serialized_end=218
-  _globals['_JOINRESPONSE']._serialized_start=220
-  _globals['_JOINRESPONSE']._serialized_end=267
-  _globals['_GETRENDEZVOUSREQUEST']._serialized_start=269
-  _globals['_GETRENDEZVOUSREQUEST']._serialized_end=343
-  _globals['_RENDEZVOUSSTATE']._serialized_start=346
-  _globals['_RENDEZVOUSSTATE']._serialized_end=572
-  _globals['_NODECHECKREPORT']._serialized_start=575
-  _globals['_NODECHECKREPORT']._serialized_end=733
-  _globals['_HEARTBEATREQUEST']._serialized_start=736
-  _globals['_HEARTBEATREQUEST']._serialized_end=875
-  _globals['_HEARTBEATRESPONSE']._serialized_start=877
-  _globals['_HEARTBEATRESPONSE']._serialized_end=936
-  _globals['_FAILUREREPORT']._serialized_start=938
-  _globals['_FAILUREREPORT']._serialized_end=1059
-  _globals['_ACK']._serialized_start=1061
-  _globals['_ACK']._serialized_end=1066
-  _globals['_ELASTICSERVICE']._serialized_start=1133
-  _globals['_ELASTICSERVICE']._serialized_end=1538
+  _globals['_JOINREQUEST']._serialized_end=234
+  _globals['_JOINRESPONSE']._serialized_start=236
+  _globals['_JOINRESPONSE']._serialized_end=331
+  _globals['_GETRENDEZVOUSREQUEST']._serialized_start=333
+  _globals['_GETRENDEZVOUSREQUEST']._serialized_end=423
+  _globals['_RENDEZVOUSSTATE']._serialized_start=426
+  _globals['_RENDEZVOUSSTATE']._serialized_end=652
+  _globals['_NODECHECKREPORT']._serialized_start=655
+  _globals['_NODECHECKREPORT']._serialized_end=813
+  _globals['_HEARTBEATREQUEST']._serialized_start=816
+  _globals['_HEARTBEATREQUEST']._serialized_end=955
+  _globals['_HEARTBEATRESPONSE']._serialized_start=957
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1016
+  _globals['_FAILUREREPORT']._serialized_start=1018
+  _globals['_FAILUREREPORT']._serialized_end=1139
+  _globals['_ACK']._serialized_start=1141
+  _globals['_ACK']._serialized_end=1146
+  _globals['_ELASTICSERVICE']._serialized_start=1213
+  _globals['_ELASTICSERVICE']._serialized_end=1618
 # @@protoc_insertion_point(module_scope)

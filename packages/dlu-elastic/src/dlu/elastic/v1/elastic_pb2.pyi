@@ -1,6 +1,7 @@
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -15,7 +16,7 @@ ACTION_RESTART: Action
 ACTION_STOP: Action
 
 class JoinRequest(_message.Message):
-    __slots__ = ("job_token", "node_id", "node_rank_hint", "local_ranks", "agent_id", "host", "free_port")
+    __slots__ = ("job_token", "node_id", "node_rank_hint", "local_ranks", "agent_id", "host", "free_port", "wait_s")
     JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_HINT_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +24,7 @@ class JoinRequest(_message.Message):
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FREE_PORT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
     job_token: str
     node_id: str
     node_rank_hint: int
@@ -30,25 +32,30 @@ class JoinRequest(_message.Message):
     agent_id: str
     host: str
     free_port: int
-    def __init__(self, job_token: _Optional[str] = ..., node_id: _Optional[str] = ..., node_rank_hint: _Optional[int] = ..., local_ranks: _Optional[int] = ..., agent_id: _Optional[str] = ..., host: _Optional[str] = ..., free_port: _Optional[int] = ...) -> None: ...
+    wait_s: float
+    def __init__(self, job_token: _Optional[str] = ..., node_id: _Optional[str] = ..., node_rank_hint: _Optional[int] = ..., local_ranks: _Optional[int] = ..., agent_id: _Optional[str] = ..., host: _Optional[str] = ..., free_port: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
-    __slots__ = ("round", "accepted")
+    __slots__ = ("round", "accepted", "state")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     round: int
     accepted: bool
-    def __init__(self, round: _Optional[int] = ..., accepted: _Optional[bool] = ...) -> None: ...
+    state: RendezvousState
+    def __init__(self, round: _Optional[int] = ..., accepted: _Optional[bool] = ..., state: _Optional[_Union[RendezvousState, _Mapping]] = ...) -> None: ...
 
 class GetRendezvousRequest(_message.Message):
-    __slots__ = ("job_token", "round", "agent_id")
+    __slots__ = ("job_token", "round", "agent_id", "wait_s")
     JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
     job_token: str
     round: int
     agent_id: str
-    def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    wait_s: float
+    def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class RendezvousState(_message.Message):
     __slots__ = ("round", "complete", "world_size", "group_rank", "rank_offset", "group_world_size", "master_addr", "master_port", "waiting_agents", "joined_agents")

@@ -69,13 +69,16 @@ class ElasticServiceServicer:
     def JoinRendezvous(self, request, context):
         """Join the current rendezvous round (or start the next one when membership changed after the
         current round completed). Idempotent: joining again with the same description is a no-op.
+        With `wait_s` the call is held until the round completes, so one call usually does the
+        whole rendezvous (the answer then carries `state`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetRendezvous(self, request, context):
-        """Poll the round this agent joined. Agents poll until `complete` is true.
+        """The round this agent joined. With `wait_s` the call is held until the round completes or
+        is superseded (long poll); without it, it answers at once and agents poll.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,226 @@
+"""A job's metrics through Ray's metrics API (`ray.util.metrics`), which Ray exports to
+Prometheus from every node: stage, restarts per failover tier, heartbeat age per role,
+failover durations, node check scores.
+
+The PrimeManager calls `JobMetrics` from its loop; none of it may ever break a job. When the
+metrics cannot be created (no Ray, a unit test, an old Ray) or a recording fails, `JobMetrics`
+logs once and carries on as a no-op. The backend is injectable so tests can see the values.
+
+Every metric carries the `job` tag. Names follow Prometheus conventions (`_seconds`, `_total`);
+Ray may prefix them (`ray_`) on export.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from dlu_api.status import JobStage
+from dlu_prime.master.state import JobState
+
+logger = logging.getLogger(__name__)
+
+STAGE_CODES: dict[JobStage, int] = {
+    JobStage.PENDING: 0,
+    JobStage.INIT: 1,
+    JobStage.READY: 2,
+    JobStage.RUNNING: 3,
+    JobStage.STOPPING: 4,
+    JobStage.STOPPED: 5,
+}
+
+FAILOVER_BOUNDARIES_S: tuple[float, ...] = (
+    0.25,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    4.0,
+    6.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+)
+"""Histogram buckets around DESIGN section 9's recovery budgets (1.5 s in place, 4 s role)."""
+
+TIER_COUNTS: dict[str, Callable[[JobState], int]] = {
+    "role": lambda s: sum(r.restart_count for r in s.roles.values()),
+    "job": lambda s: s.job_restart_count,
+    "node": lambda s: s.node_restart_count,
+    "master": lambda s: s.master_restart_count,
+}
+"""Restarts per failover tier, read from the state's counters (extend as tiers gain counters)."""
+
+
+class Recorder(Protocol):
+    """What a created metric offers: Ray's Gauge.set, Counter.inc and Histogram.observe all
+    take `(value, tags)`, so one method covers the three."""
+
+    def record(self, value: float, tags: dict[str, str]) -> None: ...
+
+
+class MetricsBackend(Protocol):
+    def gauge(self, name: str, description: str, tag_keys: Sequence[str]) -> Recorder: ...
+
+    def counter(self, name: str, description: str, tag_keys: Sequence[str]) -> Recorder: ...
+
+    def histogram(
+        self, name: str, description: str, boundaries: Sequence[float], tag_keys: Sequence[str]
+    ) -> Recorder: ...
+
+
+class _RayRecorder:
+    def __init__(self, record: Callable[..., Any]) -> None:
+        self._record = record
+
+    def record(self, value: float, tags: dict[str, str]) -> None:
+        self._record(value, tags=tags)
+
+
+class RayMetricsBackend:
+    """`ray.util.metrics`, imported on first use (dlu-prime's unit tests never import Ray)."""
+
+    def gauge(self, name: str, description: str, tag_keys: Sequence[str]) -> Recorder:
+        from ray.util.metrics import Gauge
+
+        return _RayRecorder(Gauge(name, description, tag_keys=tuple(tag_keys)).set)
+
+    def counter(self, name: str, description: str, tag_keys: Sequence[str]) -> Recorder:
+        from ray.util.metrics import Counter
+
+        return _RayRecorder(Counter(name, description, tag_keys=tuple(tag_keys)).inc)
+
+    def histogram(
+        self, name: str, description: str, boundaries: Sequence[float], tag_keys: Sequence[str]
+    ) -> Recorder:
+        from ray.util.metrics import Histogram
+
+        metric = Histogram(name, description, boundaries=list(boundaries), tag_keys=tuple(tag_keys))
+        return _RayRecorder(metric.observe)
+
+
+_warned = False
+_warned_lock = threading.Lock()
+
+
+def _warn_once(message: str, exc: BaseException) -> None:
+    global _warned
+    with _warned_lock:
+        if _warned:
+            return
+        _warned = True
+    logger.warning("%s; job metrics are off from now on (%s: %s)", message, type(exc).__name__, exc)
+
+
+class JobMetrics:
+    """The metrics of one job. Safe to call from any thread; never raises."""
+
+    def __init__(self, job: str, backend: MetricsBackend | None = None) -> None:
+        self.job = job
+        self.enabled = True
+        self._lock = threading.Lock()
+        self._restarts_seen: dict[str, int] = {}
+        self._role_restarts_seen: dict[str, int] = {}
+        try:
+            metrics = backend if backend is not None else RayMetricsBackend()
+            self._stage = metrics.gauge(
+                "dlu_job_stage", "1 for the job's current stage, else 0", ("job", "stage")
+            )
+            self._stage_code = metrics.gauge(
+                "dlu_job_stage_code",
+                "the job's stage as a number: " + ", ".join(f"{s.value}={c}" for s, c in STAGE_CODES.items()),
+                ("job",),
+            )
+            self._restarts = metrics.counter(
+                "dlu_restarts_total",
+                "restarts by failover tier (role, job, node, master, ...)",
+                ("job", "tier"),
+            )
+            self._role_restarts = metrics.counter(
+                "dlu_role_restarts_total", "restarts of each role's actors", ("job", "role")
+            )
+            self._heartbeat_age = metrics.gauge(
+                "dlu_heartbeat_age_seconds",
+                "age of the oldest heartbeat among a role's actors",
+                ("job", "role"),
+            )
+            self._failover = metrics.histogram(
+                "dlu_failover_duration_seconds",
+                "failure detected -> training again, per failover tier",
+                FAILOVER_BOUNDARIES_S,
+                ("job", "tier"),
+            )
+            self._node_score = metrics.gauge(
+                "dlu_node_check_score_seconds", "a node's node-check time (its best round)", ("job", "node")
+            )
+        except Exception as exc:
+            self.enabled = False
+            _warn_once(f"job {job}: cannot create Ray metrics", exc)
+
+    def _safely(self, what: str, record: Callable[[], None]) -> None:
+        if not self.enabled:
+            return
+        try:
+            with self._lock:
+                record()
+        except Exception as exc:
+            self.enabled = False
+            _warn_once(f"job {self.job}: recording {what} failed", exc)
+
+    def observe_state(self, state: JobState, heartbeat_ages: Mapping[str, float]) -> None:
+        """Stage, restart counters and heartbeat age per role (the max over the role's actors);
+        `heartbeat_ages` maps actor name -> seconds since its last heartbeat."""
+
+        def record() -> None:
+            job = {"job": self.job}
+            for stage in STAGE_CODES:
+                self._stage.record(1.0 if stage is state.stage else 0.0, {**job, "stage": stage.value})
+            self._stage_code.record(float(STAGE_CODES[state.stage]), job)
+            for tier, count in TIER_COUNTS.items():
+                self._increase(self._restarts, self._restarts_seen, tier, count(state), {**job, "tier": tier})
+            for role, record_ in state.roles.items():
+                self._increase(
+                    self._role_restarts,
+                    self._role_restarts_seen,
+                    role,
+                    record_.restart_count,
+                    {**job, "role": role},
+                )
+            oldest: dict[str, float] = {}
+            for actor, age in heartbeat_ages.items():
+                found = state.actors.get(actor)
+                if found is not None:
+                    oldest[found.role] = max(age, oldest.get(found.role, 0.0))
+            for role, age in oldest.items():
+                self._heartbeat_age.record(age, {**job, "role": role})
+
+        self._safely("the job state", record)
+
+    @staticmethod
+    def _increase(
+        counter: Recorder, seen: dict[str, int], key: str, total: int, tags: dict[str, str]
+    ) -> None:
+        """Counters only go up: add what the state's total gained since the last look. A
+        PrimeMaster that resumes a stored job starts its (new) series at the stored total."""
+        gained = total - seen.get(key, 0)
+        if gained > 0:
+            counter.record(float(gained), tags)
+        seen[key] = max(total, seen.get(key, 0))
+
+    def failover_done(self, tier: str, duration_s: float) -> None:
+        """One recovery of `tier` took `duration_s` (failure detected -> training again)."""
+        self._safely("a failover", lambda: self._failover.record(duration_s, {"job": self.job, "tier": tier}))
+
+    def node_check_scores(self, scores: Mapping[str, float]) -> None:
+        """Each node's node-check score (seconds, lower is better)."""
+
+        def record() -> None:
+            for node, score in scores.items():
+                self._node_score.record(score, {"job": self.job, "node": node})
+
+        self._safely("node check scores", record)

@@ -1,0 +1,129 @@
+"""A simulated cluster for driving a PrimeManager at scale without Ray.
+
+Unlike the scriptable fake of the unit tests, this one is built to cost almost nothing per
+actor, so a benchmark of the PrimeManager with 10,000 actors measures the manager and not the
+simulation: each actor's observation is built once and reused until the actor changes, and
+`poll` only picks the cached observations of the names asked for.
+
+Actors sit on `node-<node rank>` as the placement plan says (so `per_group` actors per node);
+a healthy RUNNING actor's heartbeat is the simulation's clock at its last `beat()`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from dlu_api.spec.models import JobSpec
+from dlu_prime.master.state import ActorStage
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler
+from dlu_prime.scheduler.placement import plan_placement
+
+Clock = Callable[[], float]
+
+
+def node_of(node_rank: int) -> str:
+    """The simulated node id of a node rank (fixed width, so ids sort by rank)."""
+    return f"node-{node_rank:05d}"
+
+
+class SimScheduler(Scheduler):
+    """Every actor of the job's placement plan (SubMasters on node 0), healthy unless told.
+
+    `kill(name)` makes an actor gone, `fail(name, error)` FAILED, `beat()` refreshes every
+    RUNNING actor's heartbeat and advances its step. `setup_errors[name]` makes setup raise.
+    """
+
+    def __init__(self, spec: JobSpec, clock: Clock = time.time, actor_names: Iterable[str] = ()) -> None:
+        self.spec = spec
+        self.clock = clock
+        self.nodes: dict[str, str] = {
+            plan.name: node_of(plan.node_rank) for plan in plan_placement(spec).actors
+        }
+        for name in actor_names:  # SubMasters and anything else the manager tracks
+            self.nodes.setdefault(name, node_of(0))
+        self.stages: dict[str, ActorStage | None] = dict.fromkeys(self.nodes, ActorStage.INIT)
+        self.steps: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        self.setup_errors: dict[str, str] = {}
+        self._seen: dict[str, ActorObservation] = {}
+        self.polls = 0
+        self.cleaned_up = False
+        self._refresh(self.nodes)
+
+    # simulation controls ---------------------------------------------------------------------
+    def beat(self, step: int | None = None) -> None:
+        """Every RUNNING actor heartbeats now (and moves to `step`, default one step on)."""
+        running = [n for n, s in self.stages.items() if s is ActorStage.RUNNING]
+        for name in running:
+            self.steps[name] = self.steps[name] + 1 if step is None else step
+        self._refresh(running)
+
+    def kill(self, name: str, error: str = "actor died (simulated)") -> None:
+        self.stages[name] = None
+        self._seen[name] = ActorObservation.gone(error)
+
+    def fail(self, name: str, error: str = "failed (simulated)") -> None:
+        self.stages[name] = ActorStage.FAILED
+        self._seen[name] = ActorObservation(ActorStage.FAILED, error=error, node_id=self.nodes[name])
+
+    def observations(self) -> dict[str, ActorObservation]:
+        """The current observation of every actor (a copy; the simulation keeps its own)."""
+        return dict(self._seen)
+
+    def _refresh(self, names: Iterable[str]) -> None:
+        now = self.clock()
+        for name in names:
+            stage = self.stages[name]
+            if stage is None:
+                continue
+            self._seen[name] = ActorObservation(
+                stage=stage,
+                node_id=self.nodes[name],
+                last_heartbeat=now if stage is ActorStage.RUNNING else None,
+                step=self.steps[name],
+            )
+
+    def _set(self, names: Iterable[str], stage: ActorStage) -> None:
+        changed = [n for n in names if self.stages.get(n) is not None]
+        for name in changed:
+            self.stages[name] = stage
+        self._refresh(changed)
+
+    # the Scheduler contract --------------------------------------------------------------------
+    def prepare(self) -> dict[str, str | None]:
+        return dict(self.nodes)
+
+    def setup(self, names: Sequence[str]) -> None:
+        for name in names:
+            if name in self.setup_errors:
+                self._set([name], ActorStage.FAILED)
+                raise ActorSetupError(name, self.setup_errors[name])
+        self._set(names, ActorStage.READY)
+
+    def check_children(self, names: Sequence[str]) -> None:
+        return None
+
+    def start(self, names: Sequence[str]) -> None:
+        self._set([n for n in names if self.stages.get(n) is ActorStage.READY], ActorStage.RUNNING)
+
+    def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
+        self.polls += 1
+        seen = self._seen
+        return {name: seen[name] for name in names}
+
+    def restart(self, names: Sequence[str]) -> dict[str, str | None]:
+        for name in names:
+            self.stages[name] = ActorStage.READY
+            self.steps[name] = 0
+        self._refresh(names)
+        return {name: self.nodes[name] for name in names}
+
+    def stop(self, names: Sequence[str]) -> None:
+        self._set([n for n in names if not _terminal(self.stages.get(n))], ActorStage.FINISH)
+
+    def cleanup(self) -> None:
+        self.cleaned_up = True
+
+
+def _terminal(stage: ActorStage | None) -> bool:
+    return stage is None or stage.is_terminal

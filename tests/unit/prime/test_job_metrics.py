@@ -1,0 +1,150 @@
+"""JobMetrics: what it records from a job state, failovers and node checks, through a fake
+metrics backend; and that a backend that fails turns it into a quiet no-op, never an error."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from dlu_api.spec import spec_from_dict
+from dlu_api.status import JobStage
+from dlu_prime.master import metrics as metrics_module
+from dlu_prime.master.manager import new_state
+from dlu_prime.master.metrics import JobMetrics
+from dlu_prime.master.state import JobState
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@dataclass
+class FakeMetric:
+    kind: str
+    name: str
+    tag_keys: tuple[str, ...]
+    boundaries: tuple[float, ...] = ()
+    records: list[tuple[float, dict[str, str]]] = field(default_factory=list[tuple[float, dict[str, str]]])
+
+    def record(self, value: float, tags: dict[str, str]) -> None:
+        assert set(tags) == set(self.tag_keys), (self.name, tags)
+        self.records.append((value, dict(tags)))
+
+    def last(self, **tags: str) -> float:
+        return [v for v, t in self.records if all(t.get(k) == x for k, x in tags.items())][-1]
+
+    def total(self, **tags: str) -> float:
+        return sum(v for v, t in self.records if all(t.get(k) == x for k, x in tags.items()))
+
+
+class FakeBackend:
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.metrics: dict[str, FakeMetric] = {}
+        self.fail_on = fail_on
+
+    def _make(
+        self, kind: str, name: str, tag_keys: Sequence[str], boundaries: Sequence[float] = ()
+    ) -> FakeMetric:
+        if self.fail_on == name:
+            raise RuntimeError("metrics agent unavailable")
+        metric = FakeMetric(kind, name, tuple(tag_keys), tuple(boundaries))
+        self.metrics[name] = metric
+        return metric
+
+    def gauge(self, name: str, description: str, tag_keys: Sequence[str]) -> FakeMetric:
+        return self._make("gauge", name, tag_keys)
+
+    def counter(self, name: str, description: str, tag_keys: Sequence[str]) -> FakeMetric:
+        return self._make("counter", name, tag_keys)
+
+    def histogram(
+        self, name: str, description: str, boundaries: Sequence[float], tag_keys: Sequence[str]
+    ) -> FakeMetric:
+        return self._make("histogram", name, tag_keys, boundaries)
+
+
+def job_state() -> JobState:
+    spec = spec_from_dict(
+        {
+            "name": "m",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "roles": [
+                {"name": "trainer", "entrypoint": "pkg.t:main", "total": 2},
+                {"name": "reward", "entrypoint": "pkg.r:main", "total": 1},
+            ],
+        }
+    )
+    return new_state(spec)
+
+
+@pytest.fixture(autouse=True)
+def fresh_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_module, "_warned", False)
+
+
+def test_stage_restarts_and_heartbeat_age_per_role() -> None:
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    state = job_state()
+    state.stage = JobStage.RUNNING
+    metrics.observe_state(state, {"m.trainer.0": 1.5, "m.trainer.1": 7.0, "m.reward.0": 0.2, "gone": 99.0})
+    stage = backend.metrics["dlu_job_stage"]
+    assert stage.last(stage="RUNNING") == 1.0 and stage.last(stage="INIT") == 0.0
+    assert backend.metrics["dlu_job_stage_code"].last(job="m") == 3.0
+    age = backend.metrics["dlu_heartbeat_age_seconds"]
+    assert age.last(role="trainer") == 7.0 and age.last(role="reward") == 0.2
+    assert backend.metrics["dlu_restarts_total"].records == []  # nothing restarted yet
+
+    state.roles["trainer"].restart_count = 2
+    state.master_restart_count = 1
+    metrics.observe_state(state, {})
+    metrics.observe_state(state, {})  # no change: counters must not double count
+    state.roles["trainer"].restart_count = 3
+    metrics.observe_state(state, {})
+    restarts = backend.metrics["dlu_restarts_total"]
+    assert restarts.total(tier="role") == 3 and restarts.total(tier="master") == 1
+    assert restarts.total(tier="job") == 0
+    assert backend.metrics["dlu_role_restarts_total"].total(role="trainer") == 3
+    assert all(tags["job"] == "m" for m in backend.metrics.values() for _, tags in m.records)
+
+
+def test_failover_histogram_and_node_scores() -> None:
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    metrics.failover_done("in-place", 0.8)
+    metrics.failover_done("role", 3.1)
+    hist = backend.metrics["dlu_failover_duration_seconds"]
+    assert hist.kind == "histogram" and 1.5 in hist.boundaries and 4.0 in hist.boundaries
+    assert [(v, t["tier"]) for v, t in hist.records] == [(0.8, "in-place"), (3.1, "role")]
+    metrics.node_check_scores({"node-a": 1.0, "node-b": 5.2})
+    scores = backend.metrics["dlu_node_check_score_seconds"]
+    assert scores.last(node="node-b") == 5.2
+
+
+def test_a_backend_that_cannot_create_metrics_makes_a_quiet_no_op(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=metrics_module.__name__)
+    first = JobMetrics("m", FakeBackend(fail_on="dlu_restarts_total"))
+    second = JobMetrics("n", FakeBackend(fail_on="dlu_job_stage"))
+    for metrics in (first, second):
+        assert not metrics.enabled
+        metrics.observe_state(job_state(), {"m.trainer.0": 1.0})
+        metrics.failover_done("role", 1.0)
+        metrics.node_check_scores({"a": 1.0})
+    warnings = [r for r in caplog.records if "metrics" in r.getMessage()]
+    assert len(warnings) == 1 and "metrics agent unavailable" in warnings[0].getMessage()
+
+
+def test_a_failing_recording_turns_metrics_off_without_raising(caplog: pytest.LogCaptureFixture) -> None:
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+
+    def broken(value: float, tags: dict[str, str]) -> None:
+        raise ValueError("bad tag")
+
+    backend.metrics["dlu_failover_duration_seconds"].record = broken  # type: ignore[method-assign]
+    metrics.failover_done("role", 1.0)
+    assert not metrics.enabled
+    metrics.failover_done("role", 1.0)  # silent now
+    assert sum("bad tag" in r.getMessage() for r in caplog.records) == 1
