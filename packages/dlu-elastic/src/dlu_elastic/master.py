@@ -87,6 +87,9 @@ class ElasticMaster(SubMaster):
         pairs2 = pair_round2(round1, settings)
         round2 = self._check_round(2, pairs2, leaders, settings) if pairs2 else None
         verdict = judge(round1, round2, settings)
+        from dlu_prime.master.metrics import JobMetrics
+
+        JobMetrics(self.job).node_check_scores({n: s for n, s in verdict.scores.items() if s is not None})
         scores = ", ".join(f"{n} {s:.3f}s" for n, s in sorted(verdict.scores.items()) if s is not None)
         self.record_event("node_check", f"{verdict.summary()} (scores: {scores})")
         if verdict.stragglers:

@@ -16,6 +16,7 @@ from typing import Any
 from dlu_api.spec.models import JobSpec
 from dlu_prime.extension import Extension, ExtensionError, load_extension
 from dlu_prime.master.manager import FencedError, PrimeManager
+from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 from dlu_prime.state.base import StateStore, create_state_store
 from dlu_prime.worker.actor import was_reconstructed
@@ -42,6 +43,7 @@ class PrimeMaster:
             self.manager = PrimeManager.resume(spec, self.scheduler, self.store, extension=self.extension)
         else:
             self.manager = PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
+        self.manager.metrics = JobMetrics(spec.name)
         if extension_error is not None:  # the launcher checks first; this is the last guard
             self.manager.request_stop_failed(f"extension: {extension_error}")
         self._thread: threading.Thread | None = None

@@ -18,6 +18,7 @@ from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.extension import Extension, ExtensionError, NodeInfo
 from dlu_prime.master.failover import FailoverPlan, Recovery, job_restart, plan_failover
+from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.master.monitor import Assessment, Failure, assess, track_steps, track_unavailable
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
@@ -136,6 +137,7 @@ class PrimeManager:
         self._steps: dict[str, tuple[int, float]] = {}
         self._unavailable: dict[str, float] = {}
         self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
+        self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
         self.unsaved = False  # the last save could not reach the store
 
     @classmethod
@@ -532,6 +534,11 @@ class PrimeManager:
         if injected:
             result = replace(result, failures=(*result.failures, *injected))
         self._apply(result)
+        if self.metrics is not None:
+            ages = {
+                n: now - o.last_heartbeat for n, o in observations.items() if o.last_heartbeat is not None
+            }
+            self.metrics.observe_state(self.state, ages)
         if result.failures:
             self.recover(result.failures)
         elif result.all_drivers_finished:
@@ -698,6 +705,8 @@ class PrimeManager:
             self.state.failover = None
             now = self.clock()
             if error is None:
+                if self.metrics is not None:
+                    self.metrics.failover_done(record.tier.value, now - record.started_at)
                 self.state.record(
                     "failover_done",
                     f"{record.tier.value} failover of {', '.join(record.actors)} done in {now - record.started_at:.2f}s",

@@ -49,8 +49,11 @@ FAILOVER_BOUNDARIES_S: tuple[float, ...] = (
 """Histogram buckets around DESIGN section 9's recovery budgets (1.5 s in place, 4 s role)."""
 
 TIER_COUNTS: dict[str, Callable[[JobState], int]] = {
+    "in_place": lambda s: sum(r.inplace_restart_count for r in s.roles.values()),
     "role": lambda s: sum(r.restart_count for r in s.roles.values()),
+    "sub_master": lambda s: sum(r.sub_master_restart_count for r in s.roles.values()),
     "job": lambda s: s.job_restart_count,
+    "global": lambda s: s.global_restart_count,
     "node": lambda s: s.node_restart_count,
     "master": lambda s: s.master_restart_count,
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_prime.master.state import ActorStage
@@ -117,6 +118,17 @@ class SimScheduler(Scheduler):
             self.steps[name] = 0
         self._refresh(names)
         return {name: self.nodes[name] for name in names}
+
+    def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """SubMaster calls, as the default SubMaster answers them: a failover replaces and
+        starts the named workers; recover_running puts the SubMaster back to RUNNING."""
+        if method == "failover":
+            names = list(args[0])
+            self.restart(names)
+            self.start(names)
+        elif method == "recover_running":
+            self._set([name], ActorStage.RUNNING)
+        return None
 
     def stop(self, names: Sequence[str]) -> None:
         self._set([n for n in names if not _terminal(self.stages.get(n))], ActorStage.FINISH)
