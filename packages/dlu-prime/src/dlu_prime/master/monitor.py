@@ -56,75 +56,93 @@ def assess(
     the heartbeat timeout, because the reconstructed actor reports itself.
     """
     health = state.spec.health
+    timeout = health.heartbeat_timeout_s
+    hang_timeout = health.hang_timeout_s if steps_seen is not None else None
+    steps = steps_seen or {}
+    since_unavailable = unavailable_since or {}
+    init, running, failed = ActorStage.INIT, ActorStage.RUNNING, ActorStage.FAILED
     stage_changes: dict[str, ActorStage] = {}
     node_changes: dict[str, str] = {}
     failures: list[Failure] = []
     errors_seen: dict[str, int] = {}
+    seen_of = observations.get
+    # The healthy path of this loop runs 10,000 times a pass: locals, no work for healthy actors.
     for name, record in state.actors.items():
-        seen = observations.get(name)
+        seen = seen_of(name)
         if seen is None:
             continue
-        node = record.node_id or seen.node_id
+        stage = seen.stage
         if seen.unavailable:
-            since = (unavailable_since or {}).get(name, now)
-            if now - since > health.heartbeat_timeout_s:
-                message = f"unavailable for {now - since:.0f}s (timeout {health.heartbeat_timeout_s:g}s): {seen.error}"
-                failures.append(Failure(name, record.role, "unavailable", message, node))
+            since = since_unavailable.get(name, now)
+            if now - since > timeout:
+                message = f"unavailable for {now - since:.0f}s (timeout {timeout:g}s): {seen.error}"
+                failures.append(
+                    Failure(name, record.role, "unavailable", message, record.node_id or seen.node_id)
+                )
             continue
-        if seen.stage is None:
-            failures.append(Failure(name, record.role, "died", seen.error or "actor died", node))
+        if stage is None:
+            failures.append(
+                Failure(name, record.role, "died", seen.error or "actor died", record.node_id or seen.node_id)
+            )
             continue
-        if seen.reconstructed and seen.stage is ActorStage.INIT and record.stage is not ActorStage.INIT:
-            where = f" on node {seen.node_id[:12]}" if seen.node_id else ""
+        recorded = record.stage
+        seen_node = seen.node_id
+        node = record.node_id
+        if seen.reconstructed and stage is init and recorded is not init:
+            where = f" on node {seen_node[:12]}" if seen_node else ""
             message = f"actor process died; Ray reconstructed it{where}"
-            failures.append(Failure(name, record.role, "restarted", message, node))
+            failures.append(Failure(name, record.role, "restarted", message, node or seen_node))
             continue
-        if seen.node_id and seen.node_id != record.node_id:
-            node_changes[name] = seen.node_id
-        if seen.stage != record.stage:
-            stage_changes[name] = seen.stage
-        if seen.stage is ActorStage.FAILED:
-            failures.append(Failure(name, record.role, "failed", seen.error or "failed", node))
+        if seen_node and seen_node != node:
+            node_changes[name] = seen_node
+        if stage is not recorded:
+            stage_changes[name] = stage
+        if stage is failed:
+            failures.append(Failure(name, record.role, "failed", seen.error or "failed", node or seen_node))
             continue
-        new_errors = seen.reported_errors[record.errors_seen :]
-        if new_errors:
-            errors_seen[name] = len(seen.reported_errors)
-            failures.append(Failure(name, record.role, "error_report", new_errors[0], node))
-        if seen.stage is not ActorStage.RUNNING:
+        reported = seen.reported_errors
+        if reported and len(reported) > record.errors_seen:
+            errors_seen[name] = len(reported)
+            failures.append(
+                Failure(name, record.role, "error_report", reported[record.errors_seen], node or seen_node)
+            )
+        if stage is not running:
             continue
-        if seen.last_heartbeat is not None and now - seen.last_heartbeat > health.heartbeat_timeout_s:
+        beat = seen.last_heartbeat
+        if beat is not None and now - beat > timeout:
             failures.append(
                 Failure(
                     name,
                     record.role,
                     "heartbeat_timeout",
-                    f"no heartbeat for {now - seen.last_heartbeat:.0f}s (timeout {health.heartbeat_timeout_s:g}s)",
-                    node,
+                    f"no heartbeat for {now - beat:.0f}s (timeout {timeout:g}s)",
+                    node or seen_node,
                 )
             )
-        elif health.hang_timeout_s is not None and steps_seen is not None and name in steps_seen:
-            _, since = steps_seen[name]
-            if now - since > health.hang_timeout_s:
+        elif hang_timeout is not None:
+            moved = steps.get(name)
+            if moved is not None and now - moved[1] > hang_timeout:
                 failures.append(
                     Failure(
                         name,
                         record.role,
                         "hang",
-                        f"training step stuck at {seen.step} for {now - since:.0f}s "
-                        f"(hang timeout {health.hang_timeout_s:g}s)",
-                        node,
+                        f"training step stuck at {seen.step} for {now - moved[1]:.0f}s "
+                        f"(hang timeout {hang_timeout:g}s)",
+                        node or seen_node,
                     )
                 )
 
-    finished_roles: list[str] = []
-    for role in state.spec.roles:
-        stages = [
-            stage_changes.get(a.name, a.stage)
-            for a in state.actors.values()
-            if a.role == role.name and a.rank != SUB_MASTER_RANK
-        ]
-        if stages and all(s is ActorStage.FINISH for s in stages):
-            finished_roles.append(role.name)
+    # One walk over the actors (not one per role): roles with workers, and those not all finished.
+    with_workers: set[str] = set()
+    unfinished: set[str] = set()
+    for record in state.actors.values():
+        if record.rank == SUB_MASTER_RANK:
+            continue
+        with_workers.add(record.role)
+        if stage_changes.get(record.name, record.stage) is not ActorStage.FINISH:
+            unfinished.add(record.role)
+    finished_roles = [r.name for r in state.spec.roles if r.name in with_workers and r.name not in unfinished]
     drivers = [r.name for r in state.spec.roles if r.is_driver]
     return Assessment(
         stage_changes=stage_changes,
@@ -168,6 +186,6 @@ def track_unavailable(
     for name, seen in observations.items():
         if seen.unavailable:
             out.setdefault(name, now)
-        else:
+        elif out:
             out.pop(name, None)
     return out
