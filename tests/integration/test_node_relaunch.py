@@ -46,15 +46,15 @@ def serve(listener):
             wanted = conn.recv()
             replaced = []
             for node_id in wanted:
-                found = [n for n in cluster.list_all_nodes() if n.unique_id == node_id]
+                found = [n for n in cluster.list_all_nodes() if n.node_id == node_id]
                 if not found:
                     conn.send(f"no node {node_id}")
                     break
                 cluster.remove_node(found[0])
                 new = cluster.add_node(**worker_args)
                 cluster.wait_for_nodes()
-                swaps.append([node_id, new.unique_id])
-                replaced.append(new.unique_id)
+                swaps.append([node_id, new.node_id])
+                replaced.append(new.node_id)
             else:
                 conn.send(replaced)
 

@@ -264,7 +264,12 @@ def wait_job(
             current = JobStatus.model_validate(ray.get(master.status.remote(), timeout=30))
         except RayActorError as exc:
             if get_master(spec.name) is None:
-                final = _master_lost(spec, last, f"its PrimeMaster died and was not restarted ({exc})")
+                final = _master_lost(
+                    spec,
+                    last,
+                    f"its PrimeMaster died and was not restarted "
+                    f"(master_max_restart={spec.limits.master_max_restart}; {exc})",
+                )
             else:
                 time.sleep(poll_interval_s)  # being reconstructed by Ray
             continue
