@@ -45,16 +45,19 @@ def serve(listener):
         with listener.accept() as conn:
             wanted = conn.recv()
             replaced = []
-            for node_id in wanted:
-                found = [n for n in cluster.list_all_nodes() if n.node_id == node_id]
-                if not found:
-                    conn.send(f"no node {node_id}")
-                    break
-                cluster.remove_node(found[0])
-                new = cluster.add_node(**worker_args)
-                cluster.wait_for_nodes()
-                swaps.append([node_id, new.node_id])
-                replaced.append(new.node_id)
+            try:
+                for node_id in wanted:
+                    found = [n for n in cluster.list_all_nodes() if n.node_id == node_id]
+                    if not found:
+                        raise LookupError(f"no node {node_id}")
+                    cluster.remove_node(found[0])
+                    new = cluster.add_node(**worker_args)
+                    cluster.wait_for_nodes()
+                    swaps.append([node_id, new.node_id])
+                    replaced.append(new.node_id)
+            except Exception:
+                import traceback
+                conn.send(traceback.format_exc())
             else:
                 conn.send(replaced)
 

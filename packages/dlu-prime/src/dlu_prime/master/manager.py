@@ -625,7 +625,10 @@ class PrimeManager:
         try:
             replaced = self.extension.relaunch_nodes_impl(infos)
         except (ExtensionError, Exception) as exc:
-            self.finish(EXIT_FAILED, f"node relaunch of {', '.join(n[:12] for n in nodes)} failed: {exc}")
+            self.finish(
+                EXIT_FAILED,
+                f"node relaunch of {', '.join(n[:12] for n in nodes)} failed: {type(exc).__name__}: {exc}",
+            )
             return False
         with self._lock:
             self.state.node_restart_count += len(nodes)
