@@ -182,7 +182,7 @@ def test_version_mismatch_is_refused_with_the_versions_named(
     done = dlu(future_driver, "submit", str(path), "--address", ray_cluster.address, cwd=tmp_path)
     assert done.returncode == 2
     assert "the driver's dlu-api 9.0.0 does not work with this cluster's dlu-prime 0.1.0" in done.stderr
-    assert "dlu-api>=0.1.0,<0.2" in done.stderr
+    assert "dlu-api<0.2,>=0.1.0" in done.stderr
 
 
 def test_unreachable_cluster(driver_venv: Venv, tmp_path: Path) -> None:

@@ -62,8 +62,10 @@ def dlu_api_version() -> str:
         return "0+unknown"
 
 
-def submission_id(name: str) -> str:
-    return f"{SUBMISSION_PREFIX}{name}"
+def new_submission_id(name: str) -> str:
+    """A fresh Ray job id per run: Ray keeps a finished job's record and log under its id, so
+    reusing one would mix an old run's log into the new one. The job is found by its metadata."""
+    return f"{SUBMISSION_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
 
 
 def _prime_args(command: str) -> str:
@@ -171,8 +173,31 @@ class RemoteJobClient(JobClient):
         info: dict[str, Any] = response.json()
         return info
 
-    def _job_info(self, name: str) -> dict[str, Any]:
-        return self._job_info_by_id(submission_id(name), name)
+    def _list_raw(self) -> list[dict[str, Any]]:
+        response = self._request("GET", "/api/jobs/")
+        if response.status_code in (404, 405):
+            raise errors.no_job_server(self.address)
+        if response.status_code >= 400:
+            raise errors.http_error(self.address, response, "cannot list jobs")
+        jobs: list[dict[str, Any]] = response.json()
+        return jobs
+
+    @staticmethod
+    def _dlu_job_name(job: dict[str, Any]) -> str:
+        """The DLU job a Ray job launches ('' for probes and other Ray jobs)."""
+        metadata: dict[str, Any] = job.get("metadata") or {}
+        return "" if metadata.get("dlu_probe") else str(metadata.get("dlu_job") or "")
+
+    def _runs(self, name: str) -> list[dict[str, Any]]:
+        """The Ray jobs that launched DLU job `name`, newest first."""
+        runs = [job for job in self._list_raw() if self._dlu_job_name(job) == name]
+        return sorted(runs, key=lambda job: -float(job.get("start_time") or 0))
+
+    def _sid(self, name: str) -> str:
+        runs = self._runs(name)
+        if not runs:
+            raise JobNotFoundError(f"no job named {name!r} on {self.address}; `dlu list` shows the jobs.")
+        return str(runs[0]["submission_id"])
 
     def _log_text_by_id(self, sid: str, name: str) -> str:
         response = self._request("GET", f"/api/jobs/{sid}/logs")
@@ -181,9 +206,6 @@ class RemoteJobClient(JobClient):
         if response.status_code >= 400:
             raise errors.http_error(self.address, response, f"cannot read the logs of job {name!r}")
         return str(response.json().get("logs", ""))
-
-    def _log_text(self, name: str) -> str:
-        return self._log_text_by_id(submission_id(name), name)
 
     def _delete(self, sid: str) -> None:
         try:
@@ -200,41 +222,29 @@ class RemoteJobClient(JobClient):
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
+        for run in self._runs(spec.name):  # a finished run leaves the name free
+            if str(run.get("status")) not in TERMINAL:
+                raise errors.name_taken(spec.name, self.address, str(run.get("status")))
+        sid = new_submission_id(spec.name)
         body = {
             "entrypoint": launch_entrypoint(spec, resume, self.workdir),
-            "submission_id": submission_id(spec.name),
+            "submission_id": sid,
             "metadata": {"dlu_job": spec.name, "dlu_api_version": dlu_api_version()},
         }
         response = self._post_job(body)
-        if self._name_exists(response):
-            # Ray keeps finished jobs' records under their id; only a live one holds the name.
-            info = self._job_info(spec.name)
-            ray_status = str(info.get("status"))
-            if ray_status not in TERMINAL:
-                raise errors.name_taken(spec.name, self.address, ray_status)
-            self._delete(submission_id(spec.name))
-            response = self._post_job(body)
-            if self._name_exists(response):
-                raise errors.name_taken(spec.name, self.address, "known")
         if response.status_code >= 400:
             raise errors.http_error(self.address, response, "the cluster refused the job")
-        self._await_acceptance(spec.name)
+        self._await_acceptance(spec.name, sid)
         return spec.name
 
-    @staticmethod
-    def _name_exists(response: httpx.Response) -> bool:
-        return response.status_code == 409 or (
-            response.status_code == 400 and "already exists" in response.text
-        )
-
-    def _await_acceptance(self, name: str) -> None:
+    def _await_acceptance(self, name: str, sid: str) -> None:
         """Wait for the launcher's verdict, so a refused job fails `submit` with the reason."""
         if self._accept_timeout <= 0:
             return
         deadline = time.monotonic() + self._accept_timeout
         while time.monotonic() < deadline:
-            info = self._job_info(name)
-            log_text = self._log_text(name)
+            info = self._job_info_by_id(sid, name)
+            log_text = self._log_text_by_id(sid, name)
             if wire.parse_log(log_text).accepted is not None:
                 return
             if str(info.get("status")) in TERMINAL:
@@ -302,9 +312,10 @@ class RemoteJobClient(JobClient):
 
     def _status(self, name: str, live: bool) -> JobStatus:
         """From the launcher's log; with `live`, a running job's status comes from a probe."""
-        info = self._job_info(name)
+        sid = self._sid(name)
+        info = self._job_info_by_id(sid, name)
         ray_status = str(info.get("status", "PENDING"))
-        log_text = self._log_text(name)
+        log_text = self._log_text_by_id(sid, name)
         report = wire.parse_log(log_text)
         message = str(info.get("message") or "")
         if ray_status in TERMINAL:
@@ -341,14 +352,15 @@ class RemoteJobClient(JobClient):
     def stop(self, name: str) -> None:
         """Ask the PrimeMaster to stop (its launcher then cleans up and ends); a job whose launcher
         has not started DLU yet is stopped through Ray."""
-        info = self._job_info(name)
+        sid = self._sid(name)
+        info = self._job_info_by_id(sid, name)
         if str(info.get("status")) in TERMINAL:
             return
-        if wire.parse_log(self._log_text(name)).accepted is not None:
+        if wire.parse_log(self._log_text_by_id(sid, name)).accepted is not None:
             stopped, _ = self._probe(name, "stop")
             if stopped:
                 return
-        response = self._request("POST", f"/api/jobs/{submission_id(name)}/stop")
+        response = self._request("POST", f"/api/jobs/{sid}/stop")
         if response.status_code == 404:
             raise self._not_found(name, response)
         if response.status_code >= 400:
@@ -358,35 +370,32 @@ class RemoteJobClient(JobClient):
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         """The launcher's log: stages, role states and events as they happen, then the final status.
         Wire lines (for this client) are left out."""
+        sid = self._sid(name)
         seen = 0
         while True:
-            text = self._log_text(name)
+            text = self._log_text_by_id(sid, name)
             complete = text[seen:].rpartition("\n")[0]
             if complete:
                 yield from (line for line in complete.split("\n") if not wire.is_wire_line(line))
                 seen += len(complete) + 1
-            if not follow or str(self._job_info(name).get("status")) in TERMINAL:
-                rest = self._log_text(name)[seen:]
+            if not follow or str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
+                rest = self._log_text_by_id(sid, name)[seen:]
                 if rest:
                     yield from (line for line in rest.rstrip("\n").split("\n") if not wire.is_wire_line(line))
                 return
             time.sleep(self._poll)
 
     def list_jobs(self) -> list[JobSummary]:
-        response = self._request("GET", "/api/jobs/")
-        if response.status_code in (404, 405):
-            raise errors.no_job_server(self.address)
-        if response.status_code >= 400:
-            raise errors.http_error(self.address, response, "cannot list jobs")
-        jobs: list[dict[str, Any]] = response.json()
         out: list[tuple[float, JobSummary]] = []
-        for job in jobs:
-            metadata: dict[str, Any] = job.get("metadata") or {}
-            name = str(metadata.get("dlu_job") or "")
-            if not name or metadata.get("dlu_probe"):
+        for job in self._list_raw():
+            name = self._dlu_job_name(job)
+            if not name:
                 continue
             stage = _RAY_TO_STAGE.get(str(job.get("status")), JobStage.PENDING)
             exit_code = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 1}.get(str(job.get("status")))
             summary = JobSummary(name=name, stage=stage, exit_code=exit_code, where=self.address)
             out.append((float(job.get("start_time") or 0), summary))
-        return [s for _, s in sorted(out, key=lambda item: -item[0])]
+        newest: dict[str, JobSummary] = {}
+        for _, summary in sorted(out, key=lambda item: -item[0]):
+            newest.setdefault(summary.name, summary)  # earlier runs of a name are history
+        return list(newest.values())
