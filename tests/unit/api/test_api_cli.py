@@ -117,7 +117,7 @@ class FakeClient(JobClient):
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient()
 
-    def connect(address: str | None = None) -> JobClient:
+    def connect(address: str | None = None, workdir: str | None = None) -> JobClient:
         client.addresses.append(address)
         return client
 

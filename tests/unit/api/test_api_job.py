@@ -70,7 +70,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClient, list[str | None]]
     client = FakeClient()
     addresses: list[str | None] = []
 
-    def connect(address: str | None = None) -> JobClient:
+    def connect(address: str | None = None, workdir: str | None = None) -> JobClient:
         addresses.append(address)
         return client
 

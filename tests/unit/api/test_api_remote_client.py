@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,12 +12,22 @@ from typing import Any
 import httpx
 import pytest
 
-from dlu_api.client.remote import LAUNCH_COMMAND, RemoteJobClient, dlu_api_version
-from dlu_api.errors import ClusterError, JobNotFoundError, NotSupportedError, SpecError
+from dlu_api.client import wire
+from dlu_api.client.remote import LAUNCH_COMMAND, PROBE_PREFIX, RemoteJobClient, dlu_api_version
+from dlu_api.errors import (
+    ClusterError,
+    ClusterSetupError,
+    JobNameTakenError,
+    JobNotFoundError,
+    NotSupportedError,
+    SpecError,
+    VersionMismatchError,
+)
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobStage, JobStatus
+from dlu_api.status import ActorStatus, JobStage, JobStatus, RoleStatus
 
 ADDRESS = "http://head.example:8265"
+ACCEPTED = wire.line(wire.ACCEPTED, {"name": "demo", "dlu_prime": "0.1.0"}) + "\n"
 
 SPEC_DATA: dict[str, Any] = {
     "name": "demo",
@@ -34,9 +45,10 @@ def demo_spec(**changes: Any) -> JobSpec:
 class FakeJob:
     statuses: list[str]  # one per status read; the last repeats
     message: str = ""
-    logs: list[str] = field(default_factory=lambda: [""])  # one per log read; the last repeats
+    logs: list[str] = field(default_factory=lambda: [ACCEPTED])  # one per log read; the last repeats
     metadata: dict[str, str] = field(default_factory=dict[str, str])
     start_time: int = 0
+    entrypoint: str = ""
     stop_requested: bool = False
     status_reads: int = 0
     log_reads: int = 0
@@ -60,6 +72,10 @@ class FakeRayJobServer:
         self.requests: list[httpx.Request] = []
         self.submitted: list[dict[str, Any]] = []
         self.next_job: FakeJob = FakeJob(statuses=["PENDING", "RUNNING", "SUCCEEDED"])
+        # probe jobs (`python -m dlu_prime status|stop ...`): command -> (final Ray status, log)
+        self.probe_results: dict[str, tuple[str, str]] = {}
+        self.probes: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -71,9 +87,17 @@ class FakeRayJobServer:
                 return httpx.Response(
                     400, text=f"Job with submission_id {sid} already exists. Please use another."
                 )
+            metadata = body.get("metadata") or {}
+            if metadata.get("dlu_probe"):
+                self.probes.append(body)
+                ray_status, log = self.probe_results.get(metadata["dlu_probe"], ("FAILED", "no such probe"))
+                self.jobs[sid] = FakeJob(statuses=["RUNNING", ray_status], logs=[log], metadata=metadata)
+                return httpx.Response(200, json={"submission_id": sid})
             self.submitted.append(body)
             job = self.next_job
-            job.metadata = body.get("metadata") or {}
+            job.metadata = metadata
+            job.entrypoint = body["entrypoint"]
+            job.start_time = job.start_time or 1_000 + len(self.jobs)  # newer than any earlier run
             self.jobs[sid] = job
             return httpx.Response(200, json={"submission_id": sid})
         if request.method == "GET" and path == "/api/jobs/":
@@ -96,7 +120,13 @@ class FakeRayJobServer:
         if job is None:
             return httpx.Response(404, text=f"Job {parts[2]} does not exist")
         if len(parts) == 3 and request.method == "GET":
-            return httpx.Response(200, json={"status": job.next_status(), "message": job.message})
+            return httpx.Response(
+                200, json={"status": job.next_status(), "message": job.message, "entrypoint": job.entrypoint}
+            )
+        if len(parts) == 3 and request.method == "DELETE":
+            self.deleted.append(parts[2])
+            del self.jobs[parts[2]]
+            return httpx.Response(200, json=True)
         if parts[3:] == ["stop"] and request.method == "POST":
             job.stop_requested = True
             return httpx.Response(200, json={"stopped": True})
@@ -128,17 +158,21 @@ def test_submit_sends_the_launcher_with_the_spec_inline(
     spec = demo_spec(config={"lr": 0.001, "note": 'it\'s "quoted" $HOME'})
     assert client.submit(spec) == "demo"
 
-    (request,) = server.requests
-    assert request.method == "POST"
-    assert str(request.url) == f"{ADDRESS}/api/jobs/"
     (body,) = server.submitted
+    sid = body["submission_id"]
+    # is the name free (no run of it still going), submit, then wait for the launcher's verdict
+    assert [(r.method, str(r.url)) for r in server.requests] == [
+        ("GET", f"{ADDRESS}/api/jobs/"),
+        ("POST", f"{ADDRESS}/api/jobs/"),
+        ("GET", f"{ADDRESS}/api/jobs/{sid}"),
+        ("GET", f"{ADDRESS}/api/jobs/{sid}/logs"),
+    ]
     assert body["entrypoint"].startswith(LAUNCH_COMMAND + " ")
-    assert body["entrypoint"].startswith("python -m dlu_prime launch --spec-json")
     argv = shlex.split(body["entrypoint"])
-    assert argv[:5] == ["python", "-m", "dlu_prime", "launch", "--spec-json"]
-    assert len(argv) == 6  # the whole spec is one shell word
+    assert argv[:7] == ["python", "-m", "dlu_prime", "launch", "--api-version", "0.1.0", "--spec-json"]
+    assert len(argv) == 8  # the whole spec is one shell word
     assert JobSpec.model_validate(json.loads(argv[-1])) == spec
-    assert body["submission_id"] == "dlu-demo"
+    assert re.fullmatch(r"dlu-demo-[0-9a-f]{8}", sid)  # fresh per run: Ray keeps old ones
     assert body["metadata"] == {"dlu_job": "demo", "dlu_api_version": dlu_api_version()}
     assert body["metadata"]["dlu_api_version"] == "0.1.0"
 
@@ -155,18 +189,151 @@ def test_invalid_spec_is_refused_before_any_request(
     assert server.requests == []
 
 
-def test_name_already_taken(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def add_job(server: FakeRayJobServer, job: FakeJob, name: str = "demo") -> FakeJob:
+    """A launcher job already on the cluster (as if submitted earlier)."""
+    job.metadata = job.metadata or {"dlu_job": name}
+    job.entrypoint = job.entrypoint or f"{LAUNCH_COMMAND} --spec-json '{demo_spec().model_dump_json()}'"
+    server.jobs[f"dlu-{name}"] = job
+    return job
+
+
+def launcher_log(*statuses: JobStatus, accepted: bool = True, extra: str = "") -> str:
+    lines = [ACCEPTED.strip()] if accepted else []
+    lines += ["[demo] stage RUNNING"] + [wire.status_line(s) for s in statuses]
+    return "\n".join(lines) + "\n" + extra
+
+
+def test_name_taken_by_a_running_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    with pytest.raises(JobNameTakenError) as info:
+        client.submit(demo_spec())
+    assert "a job named 'demo' is still RUNNING on http://head.example:8265" in str(info.value)
+    assert "dlu stop demo --address" in str(info.value)
+    assert server.submitted == []
+
+
+def test_name_of_a_finished_job_is_reused(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["SUCCEEDED"]))
+    server.next_job = FakeJob(statuses=["RUNNING"])
+    assert client.submit(demo_spec()) == "demo"
+    assert len(server.submitted) == 1
+    assert server.submitted[0]["submission_id"] != "dlu-demo"  # a new record; the old one is history
+    assert [j.name for j in client.list_jobs()] == ["demo"]
+
+
+def test_name_taken_by_a_pending_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["PENDING"]))
+    with pytest.raises(JobNameTakenError, match="still PENDING"):
+        client.submit(demo_spec())
+
+
+def test_name_taken_reported_by_the_launcher(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    """A PrimeMaster of that name runs on the cluster though its Ray job record is gone."""
+    error = wire.line(wire.ERROR, {"kind": wire.KIND_NAME_TAKEN, "message": "job 'demo' is still RUNNING"})
+    server.next_job = FakeJob(statuses=["FAILED"], logs=[f"error: x\n{error}\n"])
+    with pytest.raises(JobNameTakenError, match="job 'demo' is still RUNNING"):
+        client.submit(demo_spec())
+
+
+def test_spec_refused_on_the_cluster_keeps_every_problem(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    problems = [
+        {
+            "field": "roles[worker].entrypoint",
+            "message": "module 'pkg' cannot be imported",
+            "fix": "install it",
+        },
+        {"field": "roles", "message": "the job needs 9 CPU", "fix": "add nodes"},
+    ]
+    error = wire.line(wire.ERROR, {"kind": wire.KIND_SPEC, "message": "invalid", "problems": problems})
+    server.next_job = FakeJob(statuses=["RUNNING", "FAILED"], logs=["", f"{error}\n"])
+    with pytest.raises(SpecError) as info:
+        client.submit(demo_spec())
+    assert [p.field for p in info.value.problems] == ["roles[worker].entrypoint", "roles"]
+    assert "Fix: install it" in str(info.value)
+
+
+def test_version_mismatch_reported_by_the_launcher(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    message = "the driver's dlu-api 9.0.0 does not work with this cluster's dlu-prime 0.1.0"
+    error = wire.line(wire.ERROR, {"kind": wire.KIND_VERSION, "message": message})
+    server.next_job = FakeJob(statuses=["FAILED"], logs=[f"{error}\n"])
+    with pytest.raises(VersionMismatchError, match=r"dlu-api 9\.0\.0"):
+        client.submit(demo_spec())
+
+
+def test_older_launcher_that_does_not_know_the_version_flag(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    log = "usage: python -m dlu_prime [-h] {launch,stop,status} ...\n" + (
+        "python -m dlu_prime: error: unrecognized arguments: --api-version 0.1.0\n"
+    )
+    server.next_job = FakeJob(statuses=["FAILED"], logs=[log])
+    with pytest.raises(VersionMismatchError, match="older than this driver"):
+        client.submit(demo_spec())
+
+
+def test_dlu_prime_missing_on_the_cluster(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    log = "Running entrypoint for job dlu-demo: python -m dlu_prime launch ...\n" + (
+        "/home/ray/anaconda3/bin/python: No module named dlu_prime\n"
+    )
+    server.next_job = FakeJob(statuses=["PENDING", "FAILED"], logs=["", log])
+    with pytest.raises(ClusterSetupError) as info:
+        client.submit(demo_spec())
+    assert "dlu-prime is not installed on the Ray cluster at http://head.example:8265" in str(info.value)
+    assert "docs/kubernetes.md" in str(info.value)
+
+
+def test_other_launcher_failure_shows_the_end_of_its_log(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    log = "".join(f"line {i}\n" for i in range(40)) + "RuntimeError: boom\n"
+    server.next_job = FakeJob(statuses=["FAILED"], logs=[log], message="exit code 1")
+    with pytest.raises(ClusterError) as info:
+        client.submit(demo_spec())
+    text = str(info.value)
+    assert "job 'demo' failed on http://head.example:8265 before DLU could run it (exit code 1)" in text
+    assert "  | RuntimeError: boom" in text
+    assert "line 10\n" not in text  # only the end
+
+
+def test_submit_without_a_verdict_returns_after_the_timeout(server: FakeRayJobServer) -> None:
+    server.next_job = FakeJob(statuses=["PENDING"], logs=[""])
+    client = RemoteJobClient(
+        ADDRESS, poll_interval_s=0.01, accept_timeout_s=0.05, transport=httpx.MockTransport(server)
+    )
+    assert client.submit(demo_spec()) == "demo"
+
+
+def test_job_agent_missing_on_the_head() -> None:
+    client = make_client(
+        lambda request: httpx.Response(503, text="No available agent to submit job, please try again later.")
+    )
+    with pytest.raises(ClusterSetupError, match=r"no job agent.*ray\[default\]"):
+        client.submit(demo_spec())
+
+
+@pytest.mark.parametrize("code", [401, 403])
+def test_auth_token_needed(code: int) -> None:
+    client = make_client(lambda request: httpx.Response(code, text="Unauthorized"))
+    with pytest.raises(ClusterError, match="RAY_AUTH_TOKEN"):
+        client.submit(demo_spec())
+
+
+def test_auth_token_is_sent(server: FakeRayJobServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cret")
+    client = make_client(server)
     client.submit(demo_spec())
-    with pytest.raises(ClusterError, match="already exists") as info:
-        client.submit(demo_spec())
-    assert "'demo'" in str(info.value)
-    assert "pick another name" in str(info.value)
+    assert {r.headers.get("authorization") for r in server.requests} == {"Bearer s3cret"}
 
 
-def test_conflict_status_means_name_taken() -> None:
-    client = make_client(lambda request: httpx.Response(409, text="conflict"))
-    with pytest.raises(ClusterError, match="already exists"):
-        client.submit(demo_spec())
+def test_workdir_is_passed_to_the_launcher(server: FakeRayJobServer) -> None:
+    client = RemoteJobClient(
+        ADDRESS, poll_interval_s=0, workdir="/app code", transport=httpx.MockTransport(server)
+    )
+    client.submit(demo_spec())
+    argv = shlex.split(server.submitted[0]["entrypoint"])
+    assert argv[argv.index("--workdir") + 1] == "/app code"
 
 
 @pytest.mark.parametrize("code", [404, 405])
@@ -212,31 +379,90 @@ def test_address_trailing_slash_is_dropped(server: FakeRayJobServer) -> None:
 
 # --- status and wait ----------------------------------------------------------------------
 
-
-@pytest.mark.parametrize(
-    ("ray_status", "stage", "exit_code"),
-    [
-        ("PENDING", JobStage.PENDING, None),
-        ("RUNNING", JobStage.RUNNING, None),
-        ("SUCCEEDED", JobStage.STOPPED, 0),
-        ("FAILED", JobStage.STOPPED, 1),
-        ("STOPPED", JobStage.STOPPED, 1),
-        ("SOMETHING_NEW", JobStage.PENDING, None),
+RUNNING_STATUS = JobStatus(
+    name="demo",
+    stage=JobStage.RUNNING,
+    roles=[
+        RoleStatus(
+            name="worker",
+            kind="custom",
+            restart_count=1,
+            actors=[
+                ActorStatus(name="demo.worker.0", role="worker", rank=0, stage="RUNNING", restart_count=1)
+            ],
+        )
     ],
 )
-def test_status_maps_ray_states(
-    server: FakeRayJobServer,
-    client: RemoteJobClient,
-    ray_status: str,
-    stage: JobStage,
-    exit_code: int | None,
+
+
+def test_status_of_a_running_job_comes_from_a_probe(
+    server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
-    server.next_job = FakeJob(statuses=[ray_status], message="the message")
-    client.submit(demo_spec())
+    add_job(
+        server,
+        FakeJob(statuses=["RUNNING"], logs=[launcher_log(JobStatus(name="demo", stage=JobStage.INIT))]),
+    )
+    server.probe_results["status"] = (
+        "SUCCEEDED",
+        f"Running entrypoint ...\n{wire.status_line(RUNNING_STATUS)}\n",
+    )
+    assert client.status("demo") == RUNNING_STATUS
+    (probe,) = server.probes
+    argv = shlex.split(probe["entrypoint"])
+    assert argv[:8] == ["python", "-m", "dlu_prime", "status", "--api-version", "0.1.0", "demo", "--json"]
+    store = json.loads(argv[argv.index("--store-json") + 1])  # the fallback when no PrimeMaster runs
+    assert store == {"name": "embedded", "options": {}}
+    assert probe["submission_id"].startswith(PROBE_PREFIX + "demo-status-")
+    assert server.deleted == [probe["submission_id"]]  # probes leave nothing behind
+
+
+def test_status_falls_back_to_the_launcher_log_when_the_probe_finds_nothing(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    init = JobStatus(name="demo", stage=JobStage.INIT)
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(init)]))
+    server.probe_results["status"] = ("FAILED", "no running job demo\n")
+    assert client.status("demo") == init
+
+
+def test_status_probe_on_a_cluster_without_dlu_prime(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    server.probe_results["status"] = ("FAILED", "/usr/bin/python: No module named dlu_prime\n")
+    with pytest.raises(ClusterSetupError, match="dlu-prime is not installed"):
+        client.status("demo")
+
+
+def test_status_before_the_launcher_accepted(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
     status = client.status("demo")
-    assert status == JobStatus(name="demo", stage=stage, exit_code=exit_code, reason="the message")
-    assert status.finished is (stage is JobStage.STOPPED)
-    assert server.requests[-1].url.path == "/api/jobs/dlu-demo"
+    assert (status.stage, status.exit_code) == (JobStage.PENDING, None)
+    assert server.probes == []
+
+
+def test_status_of_a_finished_job_is_its_final_status(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    final = RUNNING_STATUS.model_copy(update={"stage": JobStage.STOPPED, "exit_code": 0, "reason": "done"})
+    add_job(server, FakeJob(statuses=["SUCCEEDED"], logs=[launcher_log(RUNNING_STATUS, final)]))
+    assert client.status("demo") == final
+    assert server.probes == []
+
+
+def test_status_of_a_job_that_failed_to_launch(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["FAILED"], logs=["python: No module named dlu_prime\n"]))
+    status = client.status("demo")
+    assert (status.stage, status.exit_code) == (JobStage.STOPPED, 1)
+    assert "dlu-prime is not installed" in status.reason
+
+
+def test_status_of_a_launcher_killed_mid_run(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["STOPPED"], logs=[launcher_log(RUNNING_STATUS)], message="stopped"))
+    status = client.status("demo")
+    assert (status.stage, status.exit_code) == (JobStage.STOPPED, 1)
+    assert status.roles == RUNNING_STATUS.roles
+    assert "its launcher ended (STOPPED)" in status.reason
 
 
 def test_status_of_unknown_job(client: RemoteJobClient) -> None:
@@ -250,28 +476,30 @@ def test_status_server_error_is_a_cluster_error() -> None:
         client.status("demo")
 
 
-def test_wait_polls_until_terminal_and_reports_only_changes(
+def test_wait_reports_stage_changes_from_the_log_without_probes(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
-    server.next_job = FakeJob(
-        statuses=["PENDING", "PENDING", "RUNNING", "RUNNING", "RUNNING", "FAILED"],
-        message="",
-    )
-    client.submit(demo_spec())
+    init = JobStatus(name="demo", stage=JobStage.INIT)
+    final = RUNNING_STATUS.model_copy(update={"stage": JobStage.STOPPED, "exit_code": 3, "reason": "failed"})
+    add_job(
+        server,
+        FakeJob(
+            statuses=["PENDING", "RUNNING", "RUNNING", "RUNNING", "FAILED"],
+            logs=["", launcher_log(init), launcher_log(init, RUNNING_STATUS), launcher_log(init, RUNNING_STATUS),
+                  launcher_log(init, RUNNING_STATUS, final)],
+        ),
+    )  # fmt: skip
     seen: list[JobStatus] = []
-    final = client.wait("demo", seen.append)
-
-    assert server.jobs["dlu-demo"].status_reads == 6
-    assert [s.stage for s in seen] == [JobStage.PENDING, JobStage.RUNNING, JobStage.STOPPED]
-    assert seen[-1] == final
-    assert final.exit_code == 1
+    assert client.wait("demo", seen.append) == final
+    assert [s.stage for s in seen] == [JobStage.PENDING, JobStage.INIT, JobStage.RUNNING, JobStage.STOPPED]
+    assert seen[-1].exit_code == 3
+    assert server.probes == []
 
 
 def test_run_submits_then_waits(server: FakeRayJobServer, client: RemoteJobClient) -> None:
-    server.next_job = FakeJob(statuses=["RUNNING", "SUCCEEDED"])
-    final = client.run(demo_spec())
-    assert final.stage is JobStage.STOPPED
-    assert final.exit_code == 0
+    final = JobStatus(name="demo", stage=JobStage.STOPPED, exit_code=0)
+    server.next_job = FakeJob(statuses=["RUNNING", "SUCCEEDED"], logs=[launcher_log(final)])
+    assert client.run(demo_spec()) == final
     assert len(server.submitted) == 1
 
 
@@ -294,12 +522,40 @@ def test_events_are_not_supported_yet_with_a_pointer_to_logs(
 # --- stop ---------------------------------------------------------------------------------
 
 
-def test_stop(server: FakeRayJobServer, client: RemoteJobClient) -> None:
-    client.submit(demo_spec())
+def test_stop_asks_the_prime_master_through_a_probe(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    job = add_job(server, FakeJob(statuses=["RUNNING"]))
+    server.probe_results["stop"] = ("SUCCEEDED", "stop requested for demo\n")
     client.stop("demo")
-    assert server.jobs["dlu-demo"].stop_requested
-    request = server.requests[-1]
-    assert (request.method, request.url.path) == ("POST", "/api/jobs/dlu-demo/stop")
+    (probe,) = server.probes
+    assert shlex.split(probe["entrypoint"])[3:7] == ["stop", "--api-version", "0.1.0", "demo"]
+    assert not job.stop_requested  # the launcher ends by itself once the job has stopped
+
+
+def test_stop_before_the_launcher_accepted_stops_the_ray_job(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    job = add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
+    client.stop("demo")
+    assert job.stop_requested
+    assert server.probes == []
+
+
+def test_stop_when_the_probe_finds_no_master_stops_the_ray_job(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    job = add_job(server, FakeJob(statuses=["RUNNING"]))
+    server.probe_results["stop"] = ("FAILED", "no running PrimeMaster for demo\n")
+    client.stop("demo")
+    assert job.stop_requested
+
+
+def test_stop_of_a_finished_job_does_nothing(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    job = add_job(server, FakeJob(statuses=["SUCCEEDED"]))
+    client.stop("demo")
+    assert not job.stop_requested
+    assert server.probes == []
 
 
 def test_stop_unknown_job(client: RemoteJobClient) -> None:
@@ -309,7 +565,7 @@ def test_stop_unknown_job(client: RemoteJobClient) -> None:
 
 def test_stop_server_error() -> None:
     client = make_client(lambda request: httpx.Response(500, text="nope"))
-    with pytest.raises(ClusterError, match="cannot stop job 'demo'"):
+    with pytest.raises(ClusterError, match=r"cannot list jobs \(500\): nope"):
         client.stop("demo")
 
 
@@ -317,24 +573,25 @@ def test_stop_server_error() -> None:
 
 
 def test_logs_without_follow(server: FakeRayJobServer, client: RemoteJobClient) -> None:
-    server.next_job = FakeJob(statuses=["RUNNING"], logs=["one\ntwo\nthree\n"])
-    client.submit(demo_spec())
+    job = add_job(server, FakeJob(statuses=["RUNNING"], logs=["one\ntwo\nthree\n"]))
     assert list(client.logs("demo")) == ["one", "two", "three"]
-    # without follow the job's state is never asked for
-    assert server.jobs["dlu-demo"].status_reads == 0
+    assert job.status_reads == 0  # without follow the job's state is never asked for
+
+
+def test_logs_leave_out_wire_lines(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(RUNNING_STATUS)]))
+    assert list(client.logs("demo")) == ["[demo] stage RUNNING"]
 
 
 def test_logs_without_follow_keeps_a_partial_last_line(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
-    server.next_job = FakeJob(statuses=["RUNNING"], logs=["one\n\ntwo\npart"])
-    client.submit(demo_spec())
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=["one\n\ntwo\npart"]))
     assert list(client.logs("demo")) == ["one", "", "two", "part"]
 
 
 def test_logs_of_empty_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
-    server.next_job = FakeJob(statuses=["PENDING"], logs=[""])
-    client.submit(demo_spec())
+    add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
     assert list(client.logs("demo")) == []
 
 
@@ -349,17 +606,16 @@ def test_logs_follow_yields_every_line_once_in_order(
         "a1\na2\nhalf done\nb1\nb2\n",
         "a1\na2\nhalf done\nb1\nb2\nlast\n",  # written between the final status read and logs
     ]
-    server.next_job = FakeJob(statuses=["PENDING", "RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"], logs=growth)
-    client.submit(demo_spec())
+    job = add_job(
+        server, FakeJob(statuses=["PENDING", "RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"], logs=growth)
+    )
     lines = list(client.logs("demo", follow=True))
     assert lines == ["a1", "a2", "half done", "b1", "b2", "last"]
-    job = server.jobs["dlu-demo"]
     assert job.status_reads == 5  # followed until the job finished, then stopped polling
 
 
 def test_logs_follow_flushes_a_final_partial_line(server: FakeRayJobServer, client: RemoteJobClient) -> None:
-    server.next_job = FakeJob(statuses=["RUNNING", "FAILED"], logs=["x\n", "x\ny\n", "x\ny\nTraceback: boom"])
-    client.submit(demo_spec())
+    add_job(server, FakeJob(statuses=["RUNNING", "FAILED"], logs=["x\n", "x\ny\n", "x\ny\nTraceback: boom"]))
     assert list(client.logs("demo", follow=True)) == ["x", "y", "Traceback: boom"]
 
 
@@ -384,6 +640,7 @@ def test_list_jobs_keeps_dlu_jobs_newest_first(server: FakeRayJobServer) -> None
         "other": FakeJob(["RUNNING"], metadata={"owner": "someone"}, start_time=6_000),
         "dlu-new": FakeJob(["RUNNING"], metadata={"dlu_job": "new"}, start_time=3_000),
         "dlu-mid": FakeJob(["FAILED"], metadata={"dlu_job": "mid"}, start_time=2_000),
+        "dlu-probe-new-status-1234": FakeJob(["RUNNING"], metadata={"dlu_job": "new", "dlu_probe": "status"}),
     }
     jobs = make_client(server).list_jobs()
     assert [(j.name, j.stage, j.exit_code) for j in jobs] == [

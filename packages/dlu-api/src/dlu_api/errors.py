@@ -46,3 +46,16 @@ class ClusterError(DLUError):
 
 class NotSupportedError(DLUError):
     """This client cannot do that (yet); the message says what to use instead."""
+
+
+class JobNameTakenError(ClusterError):
+    """A job of that name is still running where the new one was sent; stop it or rename."""
+
+
+class ClusterSetupError(ClusterError):
+    """The cluster lacks something DLU needs there (Ray's job server, dlu-prime); the message
+    says what to install where."""
+
+
+class VersionMismatchError(ClusterError):
+    """The driver's dlu-api and the cluster's dlu-prime are versions that do not work together."""

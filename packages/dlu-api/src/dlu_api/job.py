@@ -47,9 +47,17 @@ class Job:
     def from_file(cls, path: str | Path) -> Job:
         return cls(load_spec(path))
 
-    def submit(self, address: str | None = None) -> JobHandle:
-        """Start the job locally (no address) or on the cluster at `address`; do not wait."""
-        client = connect(address)
+    def submit(self, address: str | None = None, workdir: str | None = None) -> JobHandle:
+        """Start the job locally (no address) or on the cluster at `address`; do not wait.
+
+        `workdir`: on a cluster, the directory on its nodes that holds the job's code.
+
+        Raises:
+            SpecError: the spec breaks a rule here, or the cluster found it cannot run there.
+            ClusterError: unreachable cluster, no job server, name taken, dlu-prime missing on
+                the cluster, or a dlu-api / dlu-prime version mismatch (each a subclass).
+        """
+        client = connect(address, workdir)
         return JobHandle(client.submit(self.spec), client)
 
     def run(self, address: str | None = None, on_update: StatusCallback | None = None) -> JobStatus:

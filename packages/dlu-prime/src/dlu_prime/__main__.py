@@ -1,4 +1,9 @@
-"""`python -m dlu_prime launch|stop|status`: the entrypoint a Ray cluster runs for a DLU job."""
+"""`python -m dlu_prime launch|stop|status`: the entrypoints a Ray cluster runs for a DLU job.
+
+A remote driver (dlu-api alone, Ray Jobs REST API) submits these as Ray jobs and reads their
+log, so besides human-readable lines they print the wire lines of `dlu_api.client.wire`.
+Exit codes: the job's own for `launch`; 0 ok; 1 no such job; 2 refused; 3 version mismatch.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,22 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+from types import FrameType
+from typing import Any
 
-from dlu_api.errors import DLUError
+from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.client import wire
+from dlu_api.errors import DLUError, JobNameTakenError, SpecError
 from dlu_api.spec.io import load_spec, spec_from_dict
+from dlu_api.status import JobStatus
+
+logger = logging.getLogger(__name__)
+
+EXIT_NOT_FOUND = 1
+EXIT_REFUSED = 2
+EXIT_VERSION = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,47 +36,138 @@ def _parser() -> argparse.ArgumentParser:
     source = launch.add_mutually_exclusive_group(required=True)
     source.add_argument("--spec", help="path of a YAML or JSON spec file")
     source.add_argument("--spec-json", help="the spec as one JSON string")
-    launch.add_argument("--workdir", default=os.getcwd(), help="directory user code is imported from")
-    launch.add_argument("--address", default="auto", help="Ray address (default: auto)")
+    launch.add_argument("--workdir", default=None, help="directory user code is imported from (default: cwd)")
     launch.add_argument(
         "--resume", action="store_true", help="restart a stored job from its state store (new cluster)"
     )
-    for name in ("stop", "status"):
-        cmd = sub.add_parser(name, help=f"{name} a running job")
-        cmd.add_argument("job")
-        cmd.add_argument("--address", default="auto")
+    stop = sub.add_parser("stop", help="stop a running job (or remove what is left of it)")
+    stop.add_argument("job")
+    status = sub.add_parser("status", help="a job's status from its PrimeMaster, else its state store")
+    status.add_argument("job")
+    status.add_argument("--json", action="store_true", help="print the status as a DLU-STATUS wire line")
+    status.add_argument(
+        "--store-json",
+        help='the job\'s state store as {"name": ..., "options": {...}}, read when no PrimeMaster runs',
+    )
+    for cmd in (launch, stop, status):
+        cmd.add_argument("--address", default="auto", help="Ray address (default: auto)")
+        cmd.add_argument(
+            wire.API_VERSION_FLAG,
+            dest="api_version",
+            help="the driver's dlu-api version; refused (exit 3) when this dlu-prime does not support it",
+        )
     return parser
+
+
+def _emit(text: str) -> None:
+    print(text, flush=True)
+
+
+def _error(kind: str, message: str, **extra: Any) -> None:
+    """The error for a person (stderr) and for a remote driver (a wire line in the job log)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    _emit(wire.line(wire.ERROR, {"kind": kind, "message": message, **extra}))
+
+
+class _Terminated(Exception):
+    """SIGTERM: Ray's job stop (`ray job stop`, the REST stop) asks the launcher to end."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+    raise _Terminated
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from dlu_prime import launcher
+
+    spec = load_spec(args.spec) if args.spec else spec_from_dict(json.loads(args.spec_json))
+    workdir = args.workdir or os.getcwd()
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    created = False
+    try:
+        launcher.submit_job(spec, workdir, args.resume)
+        created = True
+        from dlu_prime.compat import installed_version
+
+        _emit(wire.line(wire.ACCEPTED, {"name": spec.name, "dlu_prime": installed_version("dlu-prime")}))
+        printer = ProgressPrinter(_emit)
+        stage: list[str] = []
+
+        def on_update(status: JobStatus) -> None:
+            printer(status)
+            if stage[-1:] != [status.stage.value]:
+                stage.append(status.stage.value)
+                _emit(wire.status_line(status))
+
+        final = launcher.wait_job(spec, on_update)
+    except _Terminated:
+        # The PrimeMaster is detached: without this, the job would outlive a stopped Ray job.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if created:
+            launcher.stop_job(spec.name, "its Ray job was stopped")
+        _emit(f"[{spec.name}] stop requested: the Ray job running the launcher was stopped")
+        return 143
+    _emit(status_text(final, events=10))
+    _emit(wire.status_line(final))
+    return final.exit_code if final.exit_code is not None else 1
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from dlu_prime import launcher
+
+    found = launcher.stop_job(args.job)
+    _emit(
+        f"stop requested for {args.job}"
+        if found
+        else f"no running PrimeMaster for {args.job}; what was left of it is removed"
+    )
+    return 0 if found else EXIT_NOT_FOUND
+
+
+def _status(args: argparse.Namespace) -> int:
+    from dlu_prime import launcher
+
+    status = launcher.job_status(args.job)
+    if status is None and args.store_json:
+        store = json.loads(args.store_json)
+        status = launcher.stored_status(args.job, str(store.get("name")), dict(store.get("options") or {}))
+    if status is None:
+        print(f"no running job {args.job}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    _emit(wire.status_line(status) if args.json else status_text(status))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _parser().parse_args(argv)
-    from dlu_prime import launcher, ray_env
+    if args.api_version:
+        from dlu_prime.compat import api_version_problem
+
+        problem = api_version_problem(args.api_version)
+        if problem is not None:
+            _error(wire.KIND_VERSION, problem)
+            return EXIT_VERSION
+    from dlu_prime import ray_env
 
     try:
         ray_env.connect(args.address)
         if args.command == "launch":
-            spec = load_spec(args.spec) if args.spec else spec_from_dict(json.loads(args.spec_json))
-            status = launcher.run_job(
-                spec, args.workdir, lambda s: print(f"[dlu] {s.name}: {s.stage.value}", flush=True)
-            )
-            print(status.model_dump_json(indent=2), flush=True)
-            return status.exit_code if status.exit_code is not None else 1
+            return _launch(args)
         if args.command == "stop":
-            found = launcher.stop_job(args.job)
-            print(
-                f"stop requested for {args.job}" if found else f"no running job {args.job}; leftovers removed"
-            )
-            return 0
-        status = launcher.job_status(args.job)
-        if status is None:
-            print(f"no running job {args.job}", file=sys.stderr)
-            return 1
-        print(status.model_dump_json(indent=2))
-        return 0
+            return _stop(args)
+        return _status(args)
+    except SpecError as exc:
+        problems = [{"field": p.field, "message": p.message, "fix": p.fix} for p in exc.problems]
+        _error(wire.KIND_SPEC, str(exc), problems=problems)
+        return EXIT_REFUSED
+    except JobNameTakenError as exc:
+        _error(wire.KIND_NAME_TAKEN, str(exc))
+        return EXIT_REFUSED
     except DLUError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        _error(wire.KIND_OTHER, str(exc))
+        return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
-from dlu_api.errors import DLUError, Problem, SpecError
+from dlu_api.errors import JobNameTakenError, Problem, SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import JobSpec, RoleKind
 from dlu_api.spec.rules import ensure_valid
@@ -34,10 +34,6 @@ from dlu_prime.state.base import StateStoreError, create_state_store
 logger = logging.getLogger(__name__)
 
 StatusCallback = Callable[[JobStatus], None]
-
-
-class JobNameTakenError(DLUError):
-    """A job with this name is still running on the cluster."""
 
 
 # checks before anything starts ------------------------------------------------------------------
@@ -176,9 +172,17 @@ def get_master(job: str) -> Any | None:
 
 
 def _stored_status(spec: JobSpec) -> JobStatus | None:
+    return stored_status(spec.name, spec.state_store.name, spec.state_store.options)
+
+
+def stored_status(job: str, store_name: str, options: dict[str, Any]) -> JobStatus | None:
+    """The job's last saved status in its state store; None if there is none or no store."""
     try:
-        store = create_state_store(spec.state_store.name, spec.state_store.options)
-        stored = store.get(spec.name)
+        store = create_state_store(store_name, options)
+        try:
+            stored = store.get(job)
+        finally:
+            store.close()
     except StateStoreError:
         return None
     if stored is None:

@@ -30,6 +30,14 @@ AddressOpt = Annotated[
     str | None,
     typer.Option("--address", "-a", envvar="DLU_ADDRESS", help="Ray job server URL; unset: local."),
 ]
+WorkdirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--workdir",
+        envvar="DLU_WORKDIR",
+        help="With --address: the directory on the cluster's nodes that holds the job's code.",
+    ),
+]
 
 
 def _echo(line: str) -> None:
@@ -74,11 +82,12 @@ def run(
         str | None, typer.Option("--device-type", help="GPU or CPU (a torchrun command defaults to GPU).")
     ] = None,
     address: AddressOpt = None,
+    workdir: WorkdirOpt = None,
 ) -> None:
     """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code."""
     try:
         spec = _spec_from_args(spec_or_command, name, device_type)
-        client = connect(address)
+        client = connect(address, workdir)
         job = client.submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -102,12 +111,13 @@ def run(
 def resume(
     spec_file: Annotated[Path, typer.Argument(help="The job's spec (it names the state store).")],
     address: AddressOpt = None,
+    workdir: WorkdirOpt = None,
 ) -> None:
     """Start a stored job again from its state store, e.g. on a new Ray cluster after the old one
     was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
     try:
         spec = _spec_from_args([str(spec_file)], None, None)
-        client = connect(address)
+        client = connect(address, workdir)
         job = client.resume(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -125,13 +135,14 @@ def submit(
     spec_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
     address: AddressOpt = None,
     name: Annotated[str | None, typer.Option(help="Job name (overrides the spec's).")] = None,
+    workdir: WorkdirOpt = None,
 ) -> None:
-    """Submit a job to a cluster and return at once."""
+    """Submit a job to a cluster; returns once the cluster has accepted it (or says why not)."""
     if not address:
         raise _fail("dlu submit needs --address http://HEAD:8265 (or $DLU_ADDRESS); use `dlu run` locally")
     try:
         spec = _spec_from_args([str(spec_file)], name, None)
-        job = connect(address).submit(spec)
+        job = connect(address, workdir).submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
     typer.echo(f"submitted {job} to {address}; follow it with `dlu logs --follow {job}`")

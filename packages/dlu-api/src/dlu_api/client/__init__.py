@@ -11,8 +11,11 @@ from dlu_api.client.remote import RemoteJobClient
 ADDRESS_ENV = "DLU_ADDRESS"
 
 
-def connect(address: str | None = None) -> JobClient:
+def connect(address: str | None = None, workdir: str | None = None) -> JobClient:
     """The client for `address`, else `$DLU_ADDRESS`, else the local embedded Ray.
+
+    `workdir` (clusters only): the directory on the cluster's nodes that holds the job's code;
+    a local run imports from the current directory.
 
     Raises:
         ValueError: the address is not an http(s) URL.
@@ -23,7 +26,7 @@ def connect(address: str | None = None) -> JobClient:
         return local_client()
     if not address.startswith(("http://", "https://")):
         raise ValueError(f"address {address!r} is not the Ray job server's URL; use e.g. http://HEAD:8265")
-    return RemoteJobClient(address)
+    return RemoteJobClient(address, workdir=workdir)
 
 
 __all__ = ["ADDRESS_ENV", "JobClient", "RemoteJobClient", "StatusCallback", "connect", "local_client"]

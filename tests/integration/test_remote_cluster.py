@@ -1,0 +1,247 @@
+"""A driver with only the dlu-api wheel, a real multi-node Ray cluster with a job server.
+
+The cluster (conftest `ray_cluster`) runs from an environment built from our wheels alone:
+one head offering `dlu_head`, two worker nodes offering `dlu_worker`. The driver is another
+environment holding dlu-api and its light dependencies; every step goes through its `dlu`
+command, as a user on a laptop would: submit, status, list, logs, stop, and the errors a
+driver meets (name taken, version mismatch, unreachable cluster, no job server, no dlu-prime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from wheel_envs import RayCluster, Venv, make_venv, run_ok
+
+from dlu_api.client import remote_errors
+from dlu_api.errors import ClusterSetupError
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+
+CPU_JOB: dict[str, Any] = {"device_type": "CPU", "device_per_node": 0}
+ISOLATION = {"cpu": 0.1, "isolation_resource": "dlu_head", "worker_isolation_resource": "dlu_worker"}
+
+
+def dlu(driver: Venv, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{driver.bin}{os.pathsep}/usr/bin{os.pathsep}/bin"  # no workspace, no uv
+    return subprocess.run(
+        [str(driver.bin / "dlu"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def status_json(driver: Venv, job: str, cluster: RayCluster) -> dict[str, Any]:
+    done = dlu(driver, "status", job, "--address", cluster.address, "--json", cwd=cluster.workdir)
+    assert done.returncode == 0, done.stderr
+    value: dict[str, Any] = json.loads(done.stdout)
+    return value
+
+
+def write_spec(directory: Path, data: dict[str, Any]) -> Path:
+    path = directory / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_driver_environment_has_no_ray_torch_or_grpc(driver_venv: Venv, uv_bin: str) -> None:
+    listed = run_ok(uv_bin, "pip", "list", "--python", driver_venv.python, "--format", "json")
+    names = {p["name"].lower() for p in json.loads(listed)}
+    assert "dlu-api" in names
+    assert not names & {"ray", "torch", "grpcio", "dlu-prime", "dlu-elastic", "protobuf"}, sorted(names)
+
+
+def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """examples/elastic (2 nodes x 2 processes, node check) across the two worker nodes; the
+    PrimeMaster on the head (isolation scheduling); followed with `dlu logs -f`."""
+    spec = yaml.safe_load((ray_cluster.workdir / "examples/elastic/job.yaml").read_text())
+    spec.update(name="lm-remote", placement_strategy="STRICT_SPREAD", master=ISOLATION)
+    role = spec["roles"][0]
+    role["entrypoint"] = f"examples/elastic/train_lm.py --steps 4 --checkpoint-dir {tmp_path / 'ckpt'}"
+    role["elastic"]["node_check"] = {"matmul_size": 64, "allreduce_mb": 0.5, "timeout_s": 90}
+    path = write_spec(tmp_path, spec)
+
+    done = dlu(driver_venv, "submit", str(path), "--address", ray_cluster.address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted lm-remote" in done.stdout
+
+    follow = dlu(driver_venv, "logs", "lm-remote", "-f", "--address", ray_cluster.address, cwd=tmp_path)
+    assert follow.returncode == 0, follow.stderr
+    assert "[lm-remote] stage RUNNING" in follow.stdout
+    assert "job lm-remote: STOPPED (exit code 0)" in follow.stdout
+    assert "DLU-STATUS" not in follow.stdout  # wire lines are for the client, not for people
+
+    final = status_json(driver_venv, "lm-remote", ray_cluster)
+    assert (final["stage"], final["exit_code"]) == ("STOPPED", 0), final["reason"]
+    assert any(e["kind"] == "node_check" for e in final["events"])
+    ranks = [a for a in final["roles"][0]["actors"] if a["rank"] >= 0]
+    assert len(ranks) == 4
+    assert {a["stage"] for a in ranks} == {"FINISH"}
+    # isolation: every training rank on a worker node, two ranks on each, none on the head
+    nodes = sorted(a["node_id"] for a in ranks)
+    assert set(nodes) == set(ray_cluster.worker_nodes)
+    assert nodes.count(ray_cluster.worker_nodes[0]) == 2
+    assert (tmp_path / "ckpt" / "final_loss.txt").exists()
+
+    listed = dlu(driver_venv, "list", "--address", ray_cluster.address, cwd=tmp_path)
+    assert re.search(r"^lm-remote\tSTOPPED exit=0\t", listed.stdout, re.M), listed.stdout
+    assert "probe" not in listed.stdout
+
+
+def test_status_name_taken_and_stop_of_a_running_job(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    spec = {
+        **CPU_JOB,
+        "name": "hold",
+        "master": ISOLATION,
+        "config": {"steps": 100_000, "step_seconds": 0.1},
+        "health": {"monitor_interval_s": 0.2},
+        "roles": [{"name": "worker", "entrypoint": "examples.hello.workers:main", "total": 2,
+                   "resources": {"cpu": 0.1}}],
+    }  # fmt: skip
+    path = write_spec(tmp_path, spec)
+    address = ("--address", ray_cluster.address)
+    done = dlu(driver_venv, "submit", str(path), *address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    deadline = time.monotonic() + 120
+    while True:  # DLU's own status (stage, roles, actors) of a running job, through a probe job
+        current = status_json(driver_venv, "hold", ray_cluster)
+        if current["stage"] == "RUNNING":
+            break
+        assert time.monotonic() < deadline, current
+        time.sleep(1)
+    (role,) = current["roles"]
+    assert role["name"] == "worker"
+    assert [a["stage"] for a in role["actors"]] == ["RUNNING", "RUNNING"]
+    assert {a["node_id"] for a in role["actors"]} <= set(ray_cluster.worker_nodes)
+    assert [e["kind"] for e in current["events"]][:1] == ["job_created"]
+    human = dlu(driver_venv, "status", "hold", *address, cwd=tmp_path)
+    assert "worker (custom): 2 RUNNING" in human.stdout or "2 RUNNING" in human.stdout, human.stdout
+
+    again = dlu(driver_venv, "submit", str(path), *address, cwd=tmp_path)
+    assert again.returncode == 2
+    assert "a job named 'hold' is still RUNNING" in again.stderr
+    assert "dlu stop hold" in again.stderr
+
+    stopped = dlu(driver_venv, "stop", "hold", *address, cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    deadline = time.monotonic() + 90
+    while (final := status_json(driver_venv, "hold", ray_cluster))["stage"] != "STOPPED":
+        assert time.monotonic() < deadline, final
+        time.sleep(1)
+    assert "stopped by user request" in final["reason"]
+    assert [p for p in dlu(driver_venv, "list", *address, cwd=tmp_path).stdout.splitlines() if "hold" in p]
+
+    # the name is free again once the job ended: the old Ray job record is replaced
+    spec["config"]["steps"] = 1
+    write_spec(tmp_path, spec)
+    rerun = dlu(driver_venv, "run", str(path), *address, cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "job hold: STOPPED (exit code 0)" in rerun.stdout
+
+
+@pytest.fixture(scope="module")
+def future_driver(
+    tmp_path_factory: pytest.TempPathFactory, repo_root: Path, uv_bin: str, lock_constraints: Path
+) -> Venv:
+    """A driver with a dlu-api from a later release (9.0.0) than the cluster's dlu-prime knows."""
+    source = tmp_path_factory.mktemp("api-9") / "dlu-api"
+    shutil.copytree(repo_root / "packages" / "dlu-api", source, ignore=shutil.ignore_patterns("__pycache__"))
+    pyproject = source / "pyproject.toml"
+    pyproject.write_text(re.sub(r'(?m)^version = ".*"$', 'version = "9.0.0"', pyproject.read_text()))
+    dist = source.parent / "dist"
+    run_ok(uv_bin, "build", "--wheel", "-q", "-o", dist, source)
+    (wheel,) = dist.glob("dlu_api-9.0.0-*.whl")
+    return make_venv(uv_bin, source.parent / "venv", lock_constraints, wheel)
+
+
+def test_version_mismatch_is_refused_with_the_versions_named(
+    future_driver: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    spec = {
+        **CPU_JOB,
+        "name": "too-new",
+        "roles": [{"name": "w", "entrypoint": "examples.hello.workers:main"}],
+    }
+    path = write_spec(tmp_path, spec)
+    done = dlu(future_driver, "submit", str(path), "--address", ray_cluster.address, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "the driver's dlu-api 9.0.0 does not work with this cluster's dlu-prime 0.1.0" in done.stderr
+    assert "dlu-api<0.2,>=0.1.0" in done.stderr
+
+
+def test_unreachable_cluster(driver_venv: Venv, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = dlu(driver_venv, "list", "--address", f"http://127.0.0.1:{port}", cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"cannot reach the Ray cluster at http://127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+class _NotRay(BaseHTTPRequestHandler):
+    """Some other web server where the job server was expected."""
+
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    do_POST = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+
+@pytest.fixture
+def not_a_job_server() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _NotRay)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_no_job_server_points_at_ray_default(
+    driver_venv: Venv, not_a_job_server: str, tmp_path: Path
+) -> None:
+    spec = {**CPU_JOB, "name": "nowhere", "roles": [{"name": "w", "entrypoint": "pkg.mod:main"}]}
+    done = dlu(
+        driver_venv, "submit", str(write_spec(tmp_path, spec)), "--address", not_a_job_server, cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert "is not a Ray job server" in done.stderr
+    assert "ray[default]" in done.stderr
+
+
+def test_missing_dlu_prime_is_named(driver_venv: Venv, tmp_path: Path) -> None:
+    """What a cluster without dlu-prime writes to the job log when it runs our entrypoint (here
+    the driver's own Python, which has no dlu_prime) becomes a plain error naming the fix."""
+    done = subprocess.run(
+        [str(driver_venv.python), "-m", "dlu_prime", "launch", "--api-version", "0.1.0", "--spec-json", "{}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    error = remote_errors.launch_failure("http://head:8265", "job", done.stdout + done.stderr)
+    assert isinstance(error, ClusterSetupError)
+    assert "dlu-prime is not installed on the Ray cluster at http://head:8265" in str(error)
