@@ -17,6 +17,7 @@ from dlu_api.client.remote import LAUNCH_COMMAND, PROBE_PREFIX, RemoteJobClient,
 from dlu_api.errors import (
     ClusterError,
     ClusterSetupError,
+    DLUError,
     JobNameTakenError,
     JobNotFoundError,
     NotSupportedError,
@@ -661,3 +662,34 @@ def test_list_jobs_without_job_server() -> None:
     client = make_client(lambda request: httpx.Response(404, text="Not Found"))
     with pytest.raises(ClusterError, match=r"ray\[default\]"):
         client.list_jobs()
+
+
+# --- debug --------------------------------------------------------------------------------------
+def test_debug_runs_through_a_probe_and_returns_its_answer(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    answer = wire.line(wire.DEBUG, {"result": {"demo.worker.0": 41}})
+    server.probe_results["debug"] = ("SUCCEEDED", f"Running entrypoint ...\n{answer}\n")
+    assert client.debug("demo", "get_step", "worker", rank=0) == {"demo.worker.0": 41}
+    (probe,) = server.probes
+    argv = shlex.split(probe["entrypoint"])
+    assert argv[3:] == ["debug", "--api-version", "0.1.0", "demo", "get_step", "worker", "--rank", "0"]
+    assert server.deleted == [probe["submission_id"]]
+
+
+def test_debug_errors_from_the_prime_master_are_plain(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    answer = wire.line(wire.DEBUG, {"error": "job demo has no role 'nope'; roles: worker"})
+    server.probe_results["debug"] = ("FAILED", f"{answer}\n")
+    with pytest.raises(DLUError, match="has no role 'nope'"):
+        client.debug("demo", "get_step", "nope")
+
+
+def test_debug_of_a_stopped_job_is_not_found(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["SUCCEEDED"]))
+    with pytest.raises(JobNotFoundError, match="has stopped"):
+        client.debug("demo", "get_step", "worker")
+    assert server.probes == []

@@ -49,7 +49,15 @@ def _parser() -> argparse.ArgumentParser:
         "--store-json",
         help='the job\'s state store as {"name": ..., "options": {...}}, read when no PrimeMaster runs',
     )
-    for cmd in (launch, stop, status):
+    debug = sub.add_parser(
+        "debug", help="mark_unhealthy | get_step | set_step on a role, through the PrimeMaster"
+    )
+    debug.add_argument("job")
+    debug.add_argument("action", choices=["mark_unhealthy", "get_step", "set_step"])
+    debug.add_argument("role")
+    debug.add_argument("--rank", type=int, default=None)
+    debug.add_argument("--step", type=int, default=None)
+    for cmd in (launch, stop, status, debug):
         cmd.add_argument("--address", default="auto", help="Ray address (default: auto)")
         cmd.add_argument(
             wire.API_VERSION_FLAG,
@@ -139,6 +147,18 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _debug(args: argparse.Namespace) -> int:
+    from dlu_prime import launcher
+
+    try:
+        result = launcher.debug_job(args.job, args.action, args.role, args.rank, args.step)
+    except (LookupError, ValueError) as exc:
+        _emit(wire.line(wire.DEBUG, {"error": str(exc)}))
+        return EXIT_NOT_FOUND
+    _emit(wire.line(wire.DEBUG, {"result": result}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _parser().parse_args(argv)
@@ -157,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return _launch(args)
         if args.command == "stop":
             return _stop(args)
+        if args.command == "debug":
+            return _debug(args)
         return _status(args)
     except SpecError as exc:
         problems = [{"field": p.field, "message": p.message, "fix": p.fix} for p in exc.problems]

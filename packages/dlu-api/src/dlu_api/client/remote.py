@@ -34,6 +34,7 @@ from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.errors import (
     ClusterError,
     ClusterSetupError,
+    DLUError,
     JobNotFoundError,
     NotSupportedError,
     VersionMismatchError,
@@ -321,6 +322,28 @@ class RemoteJobClient(JobClient):
             extra += ["--store-json", json.dumps(spec["state_store"])]
         ok, log_text = self._probe(name, "status", *extra)
         return wire.parse_log(log_text).status if ok else None
+
+    def debug(
+        self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
+    ) -> dict[str, object]:
+        """Through a probe job running `python -m dlu_prime debug` next to the PrimeMaster."""
+        sid = self._sid(name)  # JobNotFoundError first, as for every other command
+        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
+            raise JobNotFoundError(f"job {name!r} on {self.address} has stopped")
+        extra = [action, role]
+        if rank is not None:
+            extra += ["--rank", str(rank)]
+        if step is not None:
+            extra += ["--step", str(step)]
+        _, log_text = self._probe(name, "debug", *extra)
+        answer = wire.debug_answer(log_text)
+        if answer is None:
+            raise ClusterError(
+                f"the debug probe for {name!r} on {self.address} gave no answer:\n{log_text[-2000:]}"
+            )
+        if "error" in answer:
+            raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
+        return dict(answer["result"])
 
     # status ------------------------------------------------------------------------------------
     def status(self, name: str) -> JobStatus:

@@ -23,7 +23,8 @@ from dlu_api.status import JobStatus
 ACCEPTED = "DLU-ACCEPTED"
 STATUS = "DLU-STATUS"
 ERROR = "DLU-ERROR"
-TAGS = (ACCEPTED, STATUS, ERROR)
+DEBUG = "DLU-DEBUG"  # the answer of a `dlu debug` probe: {"result": {...}} or {"error": "..."}
+TAGS = (ACCEPTED, STATUS, ERROR, DEBUG)
 
 # DLU-ERROR kinds
 KIND_SPEC = "spec"
@@ -86,3 +87,13 @@ def major_minor(version: str) -> tuple[int, int] | None:
         return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
     except (IndexError, ValueError):
         return None
+
+
+def debug_answer(text: str | Iterable[str]) -> dict[str, Any] | None:
+    """The last DLU-DEBUG line of a probe's log, parsed."""
+    lines = text.splitlines() if isinstance(text, str) else list(text)
+    for raw in reversed(lines):
+        if raw.startswith(DEBUG + " "):
+            found: dict[str, Any] = json.loads(raw[len(DEBUG) + 1 :])
+            return found
+    return None
