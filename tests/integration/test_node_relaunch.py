@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
-import json, os, signal, sys, threading, time
+import json, os, queue, signal, sys, threading, time
 from multiprocessing.connection import Listener
 from pathlib import Path
 from dlu_prime.ray_env import pin_loopback
@@ -40,26 +40,35 @@ nodes = [cluster.add_node(**worker_args) for _ in range(2)]
 ray.init(address=cluster.address, namespace=NAMESPACE)
 swaps = []
 
+requests = queue.Queue()
+
 def serve(listener):
+    # Ray adds nodes only from the main thread: hand each request over and wait for the answer.
     while True:
         with listener.accept() as conn:
-            wanted = conn.recv()
-            replaced = []
-            try:
-                for node_id in wanted:
-                    found = [n for n in cluster.list_all_nodes() if n.node_id == node_id]
-                    if not found:
-                        raise LookupError(f"no node {node_id}")
-                    cluster.remove_node(found[0])
-                    new = cluster.add_node(**worker_args)
-                    cluster.wait_for_nodes()
-                    swaps.append([node_id, new.node_id])
-                    replaced.append(new.node_id)
-            except Exception:
-                import traceback
-                conn.send(traceback.format_exc())
-            else:
-                conn.send(replaced)
+            answer = queue.Queue()
+            requests.put((conn.recv(), answer))
+            conn.send(answer.get())
+
+def swap_nodes():
+    while not requests.empty():
+        wanted, answer = requests.get()
+        replaced = []
+        try:
+            for node_id in wanted:
+                found = [n for n in cluster.list_all_nodes() if n.node_id == node_id]
+                if not found:
+                    raise LookupError(f"no node {node_id}")
+                cluster.remove_node(found[0])
+                new = cluster.add_node(**worker_args)
+                cluster.wait_for_nodes()
+                swaps.append([node_id, new.node_id])
+                replaced.append(new.node_id)
+        except Exception:
+            import traceback
+            answer.put(traceback.format_exc())
+        else:
+            answer.put(replaced)
 
 listener = Listener(("127.0.0.1", 0), authkey=AUTHKEY)
 threading.Thread(target=serve, args=(listener,), daemon=True).start()
@@ -87,6 +96,7 @@ def step():
 def wait_step(at):
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
+        swap_nodes()
         try:
             if step()[0] >= at:
                 return
@@ -104,6 +114,13 @@ first_node = step()[1]
 kill()
 wait_step(12)
 kill()
+deadline = time.monotonic() + 400
+while time.monotonic() < deadline:
+    swap_nodes()
+    current = launcher.job_status(spec.name)
+    if current is None or current.stage.value == "STOPPED":
+        break
+    time.sleep(0.2)
 final = launcher.wait_job(spec)
 actors = {a.name: a for a in final.roles[0].actors}
 print(json.dumps({
