@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from figures import figure
+
 ROOT = Path(__file__).resolve().parents[1]
 LM = ROOT / "examples" / "elastic" / "train_lm.py"
 BUDGETS = {"in_place": 1.5, "role": 4.0, "sub_master": 4.0, "master": 3.0}
@@ -155,10 +157,22 @@ def main() -> None:
             f"  {tier:<10} fault -> all ranks training again: {seconds:6.2f} s (budget {BUDGETS[tier]} s) {verdict}"
         )
     print(f"  PrimeMaster restart caused {worker_restarts} worker restart(s) (budget 0)")
+    labels = {
+        "in_place": "training-process crash -> all ranks training again (in-place tier)",
+        "role": "ElasticWorker actor killed -> training again (role tier)",
+        "sub_master": "ElasticMaster killed -> training again (SubMaster tier)",
+        "master": "PrimeMaster killed while RUNNING -> monitoring resumed",
+    }
+    for tier, seconds in results.items():
+        print(figure(f"failover_{tier}", seconds, "s", BUDGETS[tier], labels[tier]).line())
     print(
-        "FIGURES "
-        + " ".join(f"failover_{tier}_s={seconds:.3f}" for tier, seconds in results.items())
-        + f" master_worker_restarts={worker_restarts}"
+        figure(
+            "master_restart_worker_restarts",
+            worker_restarts,
+            "",
+            0,
+            "worker restarts caused by a PrimeMaster restart",
+        ).line()
     )
 
 
