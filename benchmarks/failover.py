@@ -164,7 +164,7 @@ def main() -> None:
         "master": "PrimeMaster killed while RUNNING -> monitoring resumed",
     }
     for tier, seconds in results.items():
-        print(figure(f"failover_{tier}", seconds, "s", BUDGETS[tier], labels[tier]).line())
+        figure(f"failover_{tier}", seconds, "s", BUDGETS[tier], labels[tier])
     print(
         figure(
             "master_restart_worker_restarts",
