@@ -234,3 +234,14 @@ def test_missing_sub_master_module_is_rejected_up_front(ray_session: Any) -> Non
         launcher.submit_job(spec, WORKDIR)
     assert any(p.field == "roles[crew].sub_master" for p in caught.value.problems), caught.value
     assert leftovers("life-nosub") == ([], [])
+
+
+def test_unknown_extension_is_rejected_up_front(ray_session: Any) -> None:
+    from dlu_prime import launcher
+
+    spec = make_spec("life-noext", role("worker", "workloads:quick"), extension="no-such-cluster")
+    with pytest.raises(SpecError) as caught:
+        launcher.submit_job(spec, WORKDIR)
+    problem = next(p for p in caught.value.problems if p.field == "extension")
+    assert "'no-such-cluster' is not registered" in problem.message and "dlu.extensions" in problem.fix
+    assert leftovers("life-noext") == ([], [])

@@ -158,9 +158,31 @@ def preflight(spec: JobSpec, workdir: str | None) -> None:
         SpecError: every problem found.
     """
     ensure_valid(spec)
-    problems = _resource_problems(spec) + _entrypoint_problems(spec, workdir) + _store_problems(spec)
+    problems = (
+        _resource_problems(spec)
+        + _entrypoint_problems(spec, workdir)
+        + _store_problems(spec)
+        + _extension_problems(spec, workdir)
+    )
     if problems:
         raise SpecError(problems)
+
+
+def _extension_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
+    from dlu_prime.extension import ExtensionError, load_extension
+
+    try:
+        load_extension(spec, workdir)
+    except ExtensionError as exc:
+        return [
+            Problem(
+                "extension",
+                str(exc),
+                "install the package that registers it in 'dlu.extensions', fix the 'module:Class' "
+                "path, or remove the field (nodes are then not relaunched)",
+            )
+        ]
+    return []
 
 
 # master lifecycle -------------------------------------------------------------------------------
