@@ -16,33 +16,18 @@ The others are here, against the PrimeManager with the fake scheduler.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from failover_helpers import elastic_role, running
 
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import PrimeManager
 from dlu_prime.master.state import ActorStage, JobState
 
 if TYPE_CHECKING:
-    from conftest import FakeScheduler, ManagerFactory, RecordingStore, RoleFactory
+    from conftest import ManagerFactory, RecordingStore, RoleFactory
 
 E1 = "job.train.1"
-
-
-def elastic_role(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "train",
-        "kind": "elastic",
-        "entrypoint": "pkg.train:main",
-        "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}},
-        **extra,
-    }
-
-
-def running(manager: PrimeManager, sched: FakeScheduler) -> None:
-    manager.prepare()
-    manager.start()
-    for name in sched.actors:
-        sched.actors[name].stage = ActorStage.RUNNING
 
 
 def test_a_primemaster_restart_in_running_restarts_no_worker(

@@ -4,9 +4,10 @@ restarts; a PrimeMaster lost during a role failover finishes it, counted once.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+from failover_helpers import elastic_role
 
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import EXIT_FAILED, EXIT_OK, PrimeManager
@@ -16,16 +17,6 @@ if TYPE_CHECKING:
     from conftest import FakeScheduler, ManagerFactory, RecordingStore
 
 E1 = "job.train.1"
-
-
-def elastic_role(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "train",
-        "kind": "elastic",
-        "entrypoint": "pkg.train:main",
-        "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}},
-        **extra,
-    }
 
 
 def reconstruct(manager: PrimeManager, sched: FakeScheduler, store: RecordingStore) -> PrimeManager:

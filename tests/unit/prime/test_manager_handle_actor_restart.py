@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from failover_helpers import elastic_role, running
 
 from dlu_api.status import JobStage
 from dlu_prime.extension import Extension, NodeInfo
@@ -25,25 +26,6 @@ if TYPE_CHECKING:
 T0, T1 = "job.trainer.0", "job.trainer.1"
 E0, E1 = "job.train.0", "job.train.1"
 SUB = sub_master_name("job", "train")
-
-
-def elastic_role(**extra: Any) -> dict[str, Any]:
-    """An elastic role (so it has a SubMaster): 2 nodes x 1 process."""
-    return {
-        "name": "train",
-        "kind": "elastic",
-        "entrypoint": "pkg.train:main",
-        "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}},
-        **extra,
-    }
-
-
-def running(manager: PrimeManager, sched: FakeScheduler) -> None:
-    """Drive the job to RUNNING with every actor running."""
-    manager.prepare()
-    manager.start()
-    for name in sched.actors:
-        sched.actors[name].stage = ActorStage.RUNNING
 
 
 def kinds(state: JobState, kind: str) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
-from dlu_prime.extension import Extension, ExtensionError, NodeInfo
+from dlu_prime.extension import Extension, NodeInfo
 from dlu_prime.master.failover import FailoverPlan, Recovery, job_restart, plan_failover
 from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.master.monitor import Assessment, Failure, assess, track_steps, track_unavailable
@@ -624,7 +624,7 @@ class PrimeManager:
         started = self.clock()
         try:
             replaced = self.extension.relaunch_nodes_impl(infos)
-        except (ExtensionError, Exception) as exc:
+        except Exception as exc:  # ExtensionError, or any bug in the extension: stop safely
             self.finish(
                 EXIT_FAILED,
                 f"node relaunch of {', '.join(n[:12] for n in nodes)} failed: {type(exc).__name__}: {exc}",
