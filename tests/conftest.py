@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Ray would otherwise re-run every worker through `uv run` (packaging the repo as a working_dir).
 os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_zygotes() -> Iterator[Path]:
+    """The suite's own zygote directory (Ray workers inherit it), emptied of zygotes at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="dlu-z-", dir="/tmp"))  # short: a socket path
+    os.environ["DLU_ZYGOTE_DIR"] = str(directory)
+    yield directory
+    try:
+        from dlu_elastic.worker import zygote
+    except ImportError:
+        return
+    zygote.stop_all(directory)
 
 
 @pytest.fixture(scope="session")

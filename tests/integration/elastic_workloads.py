@@ -103,6 +103,22 @@ def hang_ignoring_sigterm() -> None:
         time.sleep(0.05)
 
 
+def describe_process() -> None:
+    """Where this process came from and what it inherited (tests of the zygote)."""
+    print(f"stdout of pid {os.getpid()}", flush=True)
+    _write(
+        f"process-{os.getpid()}.json",
+        {
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "pgid": os.getpgid(0),
+            "marker": os.environ.get("DLU_TEST_MARKER"),
+            "sys_path_has_extra": os.environ.get("DLU_TEST_EXTRA_PATH", "") in sys.path,
+            "torch_preloaded": "torch" in sys.modules,
+        },
+    )
+
+
 if __name__ == "__main__":  # run as `-m elastic_workloads args...`
     _write(
         "module-argv.json",

@@ -247,7 +247,8 @@ def test_manager_failover_primemaster_killed_during_a_role_failover(clean_loss: 
     loads the saved failover and finishes it without counting it twice."""
     from dlu_prime import launcher
 
-    spec = lm_job("fo-overlap", tmp_path)
+    # A slow actor setup keeps the failover in flight long enough to kill the PrimeMaster in it.
+    spec = lm_job("fo-overlap", tmp_path, env={"DLU_FAULT_SETUP_DELAY_S": "3"})
     launcher.submit_job(spec, str(HERE))
     wait_until("step 8", lambda: step_of(spec.name, "fo-overlap.trainer.0") >= 8)
     kill_actor("fo-overlap.trainer.1")

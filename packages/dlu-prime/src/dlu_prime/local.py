@@ -21,7 +21,7 @@ from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
-from dlu_prime import launcher, ray_env
+from dlu_prime import launcher, ray_env, roles
 from dlu_prime.master.state import MAX_EVENTS
 
 HOME_ENV = "DLU_HOME"
@@ -131,6 +131,8 @@ class LocalJobClient(JobClient):
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
+        if self._address is None:  # the embedded Ray starts here: warm this node up beside it
+            roles.warm_up_this_node(spec.roles)
         self._ensure_ray()
         launcher.submit_job(spec, os.getcwd(), resume)
         self._specs[spec.name] = spec

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+from collections.abc import Iterable
+
 from dlu_api.spec.models import RecoveryPolicy, RoleKind, RoleSpec
+
+logger = logging.getLogger(__name__)
 
 ELASTIC_SUB_MASTER = "dlu_elastic.master:ElasticMaster"
 
@@ -33,3 +39,28 @@ def recovery_policy(role: RoleSpec) -> RecoveryPolicy:
     if role.recovery is not None:
         return role.recovery
     return RecoveryPolicy.IN_PLACE if sub_master_path(role) is not None else RecoveryPolicy.GLOBAL
+
+
+# Starts the node's zygote (torch preloaded) without waiting for it; see dlu_elastic.worker.zygote.
+ELASTIC_NODE_WARMUP = "dlu_elastic.worker.process:prestart"
+
+
+def node_warmup_path(role: RoleSpec) -> str | None:
+    """What a node that will host this role's workers can start ahead of them."""
+    return ELASTIC_NODE_WARMUP if role.kind is RoleKind.ELASTIC else None
+
+
+def warm_up_this_node(roles: Iterable[RoleSpec]) -> list[str]:
+    """Start the warm-ups of `roles` on this machine (an embedded Ray runs here); what started.
+
+    Only a head start: a warm-up that cannot start is logged, and the workers start it later.
+    """
+    started: list[str] = []
+    for path in dict.fromkeys(p for p in map(node_warmup_path, roles) if p is not None):
+        module, _, name = path.partition(":")
+        try:
+            getattr(importlib.import_module(module), name)()
+            started.append(path)
+        except Exception as exc:
+            logger.warning("could not start %s ahead of the job: %s", path, exc)
+    return started

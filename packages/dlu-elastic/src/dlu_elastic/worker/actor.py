@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 0.2  # how quickly a rank notices that the master restarted training
 POLL_INTERVAL_S = 0.02
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
+# Fault injection: seconds every setup sleeps (a slow actor start keeps a failover in flight).
+SETUP_DELAY_ENV = "DLU_FAULT_SETUP_DELAY_S"
 # Codes a call gets when the ElasticMaster died or was replaced (new address or token).
 MASTER_GONE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
@@ -72,6 +74,9 @@ class ElasticWorkerActor(WorkerActor):
     def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
         if env:
             os.environ.update(env)
+        delay = float(os.environ.get(SETUP_DELAY_ENV) or 0)
+        if delay > 0:
+            time.sleep(delay)
         self.role_spec = RoleSpec.model_validate_json(self.info.role_json)
         assert self.role_spec.elastic is not None
         self.elastic: ElasticSettings = self.role_spec.elastic
@@ -79,7 +84,7 @@ class ElasticWorkerActor(WorkerActor):
         self.class_mode = is_class_entrypoint(self.info.entrypoint, self.info.workdir)
         self.launcher = TrainingLauncher()
         if not self.class_mode:
-            self.launcher.warm_up()
+            self.launcher.prepare()  # the node's zygote imports torch meanwhile
         import ray
 
         self.host = ray.util.get_node_ip_address()

@@ -1,28 +1,29 @@
-"""Training processes forked from a forkserver that has torch preloaded.
+"""Training processes forked from the node's zygote, which has torch preloaded.
 
 A crash of a training process must not cost a Ray actor restart plus a fresh `import torch`
-(seconds). Each ElasticWorker actor owns a `TrainingLauncher`; `warm_up()` starts a forkserver
-that imports torch once, and every `start()` forks a process from it that only has to set its
-environment, join the process group and run the user's code (milliseconds).
+(seconds). Every `TrainingLauncher.start()` asks the node's zygote (`zygote.py`: one process
+per node and Python environment, torch imported once, shared by every rank and every job) to
+fork a process that only has to take over the actor's environment, join the process group and
+run the user's code (milliseconds). The zygote outlives actor restarts, so a replaced actor
+forks too.
 
-The child process (`_child_main`, in this module so the forkserver preloads it):
+The child process (`_zygote_child`, in this module so the zygote preloads it):
 
-- sets `os.environ` from the spec (torchrun's variables: RANK, LOCAL_RANK, WORLD_SIZE, ...),
-  changes to the working directory and puts it first on `sys.path`;
+- takes the requesting actor's environment, `sys.path`, stdout and stderr, then sets the spec's
+  variables (torchrun's: RANK, LOCAL_RANK, WORLD_SIZE, ...), changes to the working directory
+  and puts it first on `sys.path`;
 - installs a `WorkerContext` whose `Health` forwards `heartbeat()` and `report_error()` to the
-  parent through a pipe, so the runtime SDK works unchanged inside training code;
+  actor through a pipe, so the runtime SDK works unchanged inside training code;
 - for a function entrypoint with `setup_process_group`, calls `init_process_group` from the
   environment (gloo on CPU, NCCL on CUDA) and destroys the group after a successful return;
 - runs the entrypoint: a function call, or `runpy` for `script.py args` and `-m module args`
   (a torchrun command runs its script part) with `sys.argv` set as Python would;
-- exits 0 on success, 1 on an exception (the traceback goes to the parent as a FAILURE event
+- exits 0 on success, 1 on an exception (the traceback goes to the actor as a FAILURE event
   and to stderr), or the code of a `SystemExit`.
 
 Processes are their own process group (so `terminate()` reaches the DataLoader workers they
-fork), and that group is killed when the process that started them (the actor) dies.
-
-Launchers in one OS process share Python's process-wide forkserver; in DLU there is one launcher
-per actor process.
+fork), and that group is killed when the actor that started them dies (a pipe only the actor
+holds reaches EOF).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import multiprocessing
 import multiprocessing.connection
 import os
 import runpy
 import signal
+import socket
 import sys
 import threading
 import time
@@ -45,24 +46,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, cast
 
 from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind, parse_entrypoint
 from dlu_api.spec.torchrun import parse_torchrun
+from dlu_elastic.worker import zygote
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 
-# "__main__": the forkserver imports the parent's main script once, as __mp_main__ (children would
-# otherwise each import it on start: for a Ray actor that is Ray's worker script). As with any
-# non-fork start method, a main script must keep its work under `if __name__ == "__main__":`.
-#
 # torch._dynamo: torch imports it lazily the first time an optimizer is built (2-3 s here, 10+ s
 # with four ranks on two cores), so without it every start and every in-place restart of a
 # training process paid that again; measured: "process group ready -> model and optimizer
 # ready" fell from 13.5 s to well under a second on the reference job.
 PRELOAD: tuple[str, ...] = (
-    "__main__",
     "torch",
     "torch.distributed",
     "torch._dynamo",
@@ -74,11 +70,6 @@ BACKENDS = ("gloo", "nccl", "auto")
 DEVICE_ENV = "DLU_DEVICE"
 _PG_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _MAX_BUFFERED_EVENTS = 100_000
-
-# popen_forkserver's poll() reads the exit status off a socket: two threads polling one process
-# can both see it readable and one then reads EOF (exit code 255). Process.start() polls every
-# child (multiprocessing's _cleanup), so starts and exit-code reads share this lock.
-_POLL_LOCK = threading.Lock()
 
 
 class EventKind(StrEnum):
@@ -167,25 +158,27 @@ class _ChildPayload:
 
 
 class TrainingProcess:
-    """A running (or finished) training process. Methods may be called from any thread."""
+    """A running (or finished) training process. Methods may be called from any thread.
 
-    def __init__(self, process: BaseProcess, conn: Connection, spec: ProcessSpec):
+    The process is the zygote's child: its exit code comes on `status` (the connection of the
+    fork request), its events on `conn`; `alive_fd` is the one writer of the pipe whose EOF
+    kills the process's group, so it is closed only once the process has exited.
+    """
+
+    def __init__(self, pid: int, status: socket.socket, conn: Connection, alive_fd: int, spec: ProcessSpec):
         self.spec = spec
-        self._process = process
-        pid = process.pid
-        assert pid is not None, "the process has started"
-        self.pid: int = pid
+        self.pid = pid
         self.started_at = time.time()
-        self._sentinel: int = process.sentinel
+        self._status = status
         self._conn = conn
+        self._alive_fd = alive_fd
         self._events: deque[ProcessEvent] = deque(maxlen=_MAX_BUFFERED_EVENTS)
         self._events_lock = threading.Lock()
         self._last_failure: str | None = None
         self._exit_code: int | None = None
-        self._reader = threading.Thread(
-            target=self._read_events, name=f"dlu-training-events-{self.pid}", daemon=True
-        )
-        self._reader.start()
+        self._exited = threading.Event()
+        self._monitor = threading.Thread(target=self._follow, name=f"dlu-training-{self.pid}", daemon=True)
+        self._monitor.start()
 
     def __repr__(self) -> str:
         return f"TrainingProcess(pid={self.pid}, exit={self.poll()}, entrypoint={self.spec.entrypoint!r})"
@@ -193,24 +186,16 @@ class TrainingProcess:
     # -- exit status ----------------------------------------------------------------------------
 
     def poll(self) -> int | None:
-        """The exit code, or None while it runs. A process killed by signal N gives -N."""
-        if self._exit_code is not None:
-            return self._exit_code
-        if not multiprocessing.connection.wait([self._sentinel], 0):
-            return None
-        with _POLL_LOCK:
-            code = self._process.exitcode  # popen caches it: one read of the status socket
-        if code is None:
-            return None
-        self._reader.join(timeout=2.0)  # its last messages are in the pipe: read them first
-        self._exit_code = code
-        return code
+        """The exit code, or None while it runs. A process killed by signal N gives -N.
+
+        Set only after the process's last events were read, so they are in `events()` by then.
+        """
+        return self._exit_code
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait up to `timeout` seconds (None: forever) for the exit; the exit code or None."""
-        if self._exit_code is None:
-            multiprocessing.connection.wait([self._sentinel], timeout)
-        return self.poll()
+        self._exited.wait(timeout)
+        return self._exit_code
 
     @property
     def alive(self) -> bool:
@@ -261,26 +246,44 @@ class TrainingProcess:
         with self._events_lock:
             self._events.append(event)
 
-    def _read_events(self) -> None:
-        """Drain the pipe as messages come, so a child never blocks on a full pipe."""
-        conn = self._conn
+    def _follow(self) -> None:
+        """Read events as they come (a child never blocks on a full pipe), then the exit code."""
+        conn: Connection | None = self._conn
+        code: int | None = None
         try:
-            while True:
-                ready = multiprocessing.connection.wait([conn, self._sentinel])
-                if conn in ready:
+            while code is None:
+                waiting: list[Any] = [self._status] if conn is None else [conn, self._status]
+                ready = multiprocessing.connection.wait(waiting)
+                if conn is not None and conn in ready:
                     try:
                         self._push(conn.recv())
                     except (EOFError, OSError):
-                        return
+                        conn = None  # closed (grandchildren may keep it open; then only the exit)
                     continue
-                # Exited with nothing in flight from it (grandchildren may still hold the pipe).
-                while conn.poll(0):
-                    self._push(conn.recv())
-                return
+                code = self._read_exit()
+            while conn is not None and conn.poll(0):  # what it sent before exiting
+                self._push(conn.recv())
         except (EOFError, OSError):
-            return
+            pass
         finally:
-            conn.close()
+            self._exit_code = code if code is not None else -signal.SIGKILL
+            self._exited.set()
+            for close in (self._conn.close, self._status.close, lambda: os.close(self._alive_fd)):
+                with contextlib.suppress(OSError):
+                    close()
+
+    def _read_exit(self) -> int:
+        try:
+            message, _ = zygote.recv_message(self._status)
+        except (OSError, EOFError, zygote.ZygoteError):
+            message = None
+        if message is not None and "exit" in message:
+            return int(message["exit"])
+        # The zygote died: its child is ours to end, its exit code is lost.
+        self._last_failure = self._last_failure or "the zygote that forked this process died"
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        return -signal.SIGKILL
 
 
 _live: weakref.WeakSet[TrainingProcess] = weakref.WeakSet()
@@ -296,18 +299,27 @@ def _terminate_live_processes() -> None:
             proc.terminate(grace_s=1.0)
 
 
-class TrainingLauncher:
-    """Forks training processes from a forkserver that has torch preloaded.
+def prestart() -> None:
+    """Start this node's zygote with the default preload list, without waiting for its imports
+    (a job about to run here gets torch imported while Ray and its actors start).
 
-    `preload`: more modules for the forkserver to import once (they must be importable from the
-    actor's environment, not only from a job's working directory).
+    Raises:
+        zygote.ZygoteError: a new zygote could not be started.
+    """
+    zygote.ensure_started(PRELOAD)
+
+
+class TrainingLauncher:
+    """Forks training processes from the node's zygote (torch preloaded).
+
+    `preload`: more modules for the zygote to import once (they must be importable from the
+    actor's environment, not only from a job's working directory); another list means another
+    zygote.
     """
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
-        self._ctx = multiprocessing.get_context("forkserver")
         self._preload = list(dict.fromkeys([*PRELOAD, *preload]))
-        # Only takes effect if the process-wide forkserver has not started yet.
-        self._ctx.set_forkserver_preload(self._preload)
+        self._socket: Path | None = None
         self._processes: list[TrainingProcess] = []
         self.preloaded: bool | None = None  # whether children find torch imported; set by warm_up
         self.warm_up_s: float | None = None
@@ -316,35 +328,32 @@ class TrainingLauncher:
     def preload(self) -> list[str]:
         return list(self._preload)
 
-    def warm_up(self, timeout_s: float = 120.0) -> float:
-        """Start the forkserver (importing torch there) and fork one trivial process; seconds.
-
-        Idempotent. Sets `preloaded`: False means the forkserver was already running without
-        torch (someone started it earlier), so every training process imports torch itself.
+    def prepare(self) -> Path:
+        """Start the node's zygote if none runs, without waiting for its imports; its socket.
 
         Raises:
-            RuntimeError: the trivial process did not answer within `timeout_s`.
+            zygote.ZygoteError: a new zygote could not be started.
+        """
+        self._socket = zygote.ensure_started(self._preload)
+        return self._socket
+
+    def warm_up(self, timeout_s: float = 120.0) -> float:
+        """Wait until the zygote has imported torch; seconds waited.
+
+        Idempotent. Sets `preloaded`: False means the zygote could not import torch, so every
+        training process imports it itself (and fails there if it cannot).
+
+        Raises:
+            RuntimeError: the zygote did not answer within `timeout_s`.
         """
         if self.warm_up_s is not None:
             return self.warm_up_s
         t0 = time.perf_counter()
-        reader, writer = self._ctx.Pipe(duplex=False)
-        with _POLL_LOCK:
-            probe = self._ctx.Process(target=_probe_main, args=(writer,), name="dlu-forkserver-probe")
-            probe.start()
-        writer.close()
         try:
-            if not reader.poll(timeout_s):
-                with contextlib.suppress(Exception):
-                    probe.kill()
-                raise RuntimeError(f"the forkserver did not fork a process within {timeout_s:.0f} s")
-            answer = reader.recv()
-        finally:
-            reader.close()
-        multiprocessing.connection.wait([probe.sentinel], timeout_s)
-        with _POLL_LOCK:
-            probe.join(0)  # reaped here: no other thread polls it at the same time
-        self.preloaded = bool(answer.get("torch"))
+            answer = zygote.request(self.prepare(), {"op": "ping"}, timeout_s)
+        except zygote.ZygoteError as exc:
+            raise RuntimeError(f"the zygote did not answer within {timeout_s:.0f} s: {exc}") from exc
+        self.preloaded = "torch" in answer.get("preloaded", ())
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
 
@@ -355,23 +364,27 @@ class TrainingLauncher:
             ValueError: the entrypoint is not an accepted form, or the process group cannot be set
                 up from `spec.env` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT missing).
             FileNotFoundError: a script entrypoint or the working directory does not exist.
+            zygote.ZygoteError: no zygote could be started or reached.
         """
         payload = self._payload(spec)
-        reader, writer = self._ctx.Pipe(duplex=False)
+        reader, writer = multiprocessing.connection.Pipe(duplex=False)
+        alive_r, alive_w = os.pipe()
+        args = (payload, dict(os.environ), list(sys.path))
+        fds = [writer.fileno(), alive_r, 1, 2]
         try:
-            with _POLL_LOCK:
-                process = self._ctx.Process(
-                    target=_child_main,
-                    args=(payload, writer),
-                    name=f"dlu-training-{spec.env.get('RANK', '')}",
-                )
-                process.start()
+            try:
+                pid, status = zygote.fork(self._socket or self.prepare(), _zygote_child, args, fds)
+            except zygote.ZygoteError:
+                # The zygote may have exited (idle) or died since: start one and try once more.
+                pid, status = zygote.fork(self.prepare(), _zygote_child, args, fds)
         except BaseException:
             reader.close()
+            os.close(alive_w)
             raise
         finally:
             writer.close()  # the child has its own copy: EOF here once it (and its children) exit
-        proc = TrainingProcess(process, reader, spec)
+            os.close(alive_r)
+        proc = TrainingProcess(pid, status, reader, alive_w, spec)
         self._processes = [p for p in self._processes if p.poll() is None]  # forget finished ones
         self._processes.append(proc)
         _live.add(proc)
@@ -385,7 +398,7 @@ class TrainingLauncher:
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Terminate every process this launcher started that still runs.
 
-        The forkserver stays: it is shared by the whole process and ends with it.
+        The zygote stays: it serves the whole node and exits once idle.
         """
         for proc in self._processes:
             proc.terminate(grace_s)
@@ -428,11 +441,6 @@ class TrainingLauncher:
 
 # ---------------------------------------------------------------------------------------------
 # The child side. Module-level functions, so the forkserver can unpickle them by name.
-
-
-def _probe_main(conn: Connection) -> None:
-    conn.send({"torch": "torch" in sys.modules, "pid": os.getpid()})
-    conn.close()
 
 
 class _PipeSink:
@@ -507,33 +515,55 @@ def context_from_env(health: Health) -> WorkerContext:
     )
 
 
-def _die_with_parent() -> None:
-    """Own process group (for terminate()), and SIGKILL to it when the launching process dies.
-
-    Not the forkserver's death: every child holds the forkserver's keep-alive pipe (so that it
-    can fork from it too), so the forkserver outlives a killed actor while children run.
-    """
+def _zygote_child(
+    payload: _ChildPayload,
+    environ: dict[str, str],
+    path: list[str],
+    events_fd: int,
+    alive_fd: int,
+    stdout_fd: int,
+    stderr_fd: int,
+) -> int:
+    """Entry of a training process in the zygote's fork: become the actor's process, run."""
     with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-    sentinel = parent.sentinel  # EOF once the launching process has exited
+        os.setpgid(0, 0)  # own group, for terminate()
+    _die_with_actor(alive_fd)
+    for fd, target in ((stdout_fd, 1), (stderr_fd, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    with contextlib.suppress(Exception):
+        cast(Any, sys.stdout).reconfigure(line_buffering=True)
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.path[:] = path
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))  # the zygote imported torch without it
+    return _child_main(payload, Connection(events_fd, readable=False))
+
+
+def _die_with_actor(alive_fd: int) -> None:
+    """SIGKILL to the process group once the actor that asked for it is gone (EOF on the pipe
+    only the actor writes to)."""
 
     def watch() -> None:
-        multiprocessing.connection.wait([sentinel])
+        with contextlib.suppress(OSError):
+            while os.read(alive_fd, 1):
+                pass
         with contextlib.suppress(OSError):
             os.killpg(os.getpid(), signal.SIGKILL)
         os._exit(1)
 
-    threading.Thread(target=watch, name="dlu-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="dlu-actor-watch", daemon=True).start()
 
 
-def _child_main(payload: _ChildPayload, conn: Connection) -> None:
-    """Entry of a training process (runs in the forked child)."""
-    _die_with_parent()
-    # Exit hooks registered in the forkserver (Ray's shutdown, ...) are not this process's; the
-    # ones the training code registers run at the end, as in a fresh interpreter.
+def _child_main(payload: _ChildPayload, conn: Connection) -> int:
+    """Run the training process's entrypoint; its exit code."""
+    # Exit hooks registered in the zygote are not this process's; the ones the training code
+    # registers run at the end, as in a fresh interpreter.
     atexit._clear()  # pyright: ignore[reportPrivateUsage]
     sink = _PipeSink(conn)
     sink(
@@ -544,15 +574,14 @@ def _child_main(payload: _ChildPayload, conn: Connection) -> None:
         )
     )
     code = _run_child(payload, sink)
-    # A fresh interpreter would run the atexit hooks (loggers, trackers); multiprocessing does not.
+    # A fresh interpreter would run the atexit hooks (loggers, trackers); os._exit does not.
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()  # pyright: ignore[reportPrivateUsage]
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     conn.close()
-    if code:
-        raise SystemExit(code)
+    return code
 
 
 def _run_child(payload: _ChildPayload, sink: _PipeSink) -> int:

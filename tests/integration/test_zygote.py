@@ -1,0 +1,168 @@
+"""The node's zygote (dlu_elastic.worker.zygote): shared, outliving its starter, replaced when
+gone, exiting when idle. Real processes; a private socket directory per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlu_elastic.worker import zygote
+from dlu_elastic.worker.process import PRELOAD, ProcessSpec, TrainingLauncher
+
+HERE = Path(__file__).resolve().parent
+LIGHT = ("dlu_elastic.worker.process",)  # no torch: a zygote that starts in a second
+
+
+@pytest.fixture
+def zygote_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    directory = Path(f"/tmp/dlu-zt-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+    directory.mkdir()
+    monkeypatch.setenv(zygote.DIR_ENV, str(directory))
+    yield directory
+    zygote.stop_all(directory)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def _wait(condition: object, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _zygote_pid(path: Path) -> int:
+    return int(zygote.request(path, {"op": "ping"}, 60.0)["pid"])
+
+
+def _describe(launcher: TrainingLauncher, out: Path, **env: str) -> dict[str, Any]:
+    proc = launcher.start(
+        ProcessSpec("elastic_workloads:describe_process", env={"OUT_DIR": str(out), **env}, workdir=str(HERE),
+                    setup_process_group=False)
+    )  # fmt: skip
+    assert proc.wait(60) == 0, proc.last_failure
+    return json.loads((out / f"process-{proc.pid}.json").read_text())
+
+
+@pytest.mark.timeout(120)
+def test_processes_of_two_launchers_in_two_processes_come_from_one_zygote(
+    zygote_dir: Path, tmp_path: Path
+) -> None:
+    launcher = TrainingLauncher()
+    launcher.warm_up()
+    path = zygote.socket_path(PRELOAD)
+    pid = _zygote_pid(path)
+    here = _describe(launcher, tmp_path)
+    assert here["ppid"] == pid and here["pgid"] == here["pid"] and here["torch_preloaded"] is True
+    other = textwrap.dedent(f"""
+        import json
+        from dlu_elastic.worker.process import ProcessSpec, TrainingLauncher
+        launcher = TrainingLauncher()
+        proc = launcher.start(ProcessSpec("elastic_workloads:describe_process", env={{"OUT_DIR": {str(tmp_path)!r}}},
+                                          workdir={str(HERE)!r}, setup_process_group=False))
+        print(json.dumps({{"code": proc.wait(60), "pid": proc.pid, "warm": launcher.warm_up()}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stderr[-2000:]
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["code"] == 0
+    there = json.loads((tmp_path / f"process-{answer['pid']}.json").read_text())
+    assert there["ppid"] == pid, "the second process started a zygote of its own"
+    assert f"stdout of pid {answer['pid']}" in result.stdout, (
+        "the child did not write to its launcher's stdout"
+    )
+
+
+@pytest.mark.timeout(120)
+def test_child_takes_the_launchers_environment_and_sys_path(
+    zygote_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = TrainingLauncher(preload=LIGHT)
+    launcher.warm_up()  # the zygote starts with the environment as it is now
+    monkeypatch.setenv("DLU_TEST_MARKER", "set-after-the-zygote-started")
+    extra = str(tmp_path / "extra-path")
+    monkeypatch.setattr(sys, "path", [*sys.path, extra])
+    seen = _describe(launcher, tmp_path, DLU_TEST_EXTRA_PATH=extra)
+    assert seen["marker"] == "set-after-the-zygote-started"
+    assert seen["sys_path_has_extra"] is True
+
+
+@pytest.mark.timeout(120)
+def test_zygote_outlives_the_process_that_started_it(zygote_dir: Path) -> None:
+    starter = "from dlu_elastic.worker.process import TrainingLauncher; TrainingLauncher().warm_up()"
+    subprocess.run([sys.executable, "-c", starter], check=True, timeout=100)
+    path = zygote.socket_path(PRELOAD)
+    pid = _zygote_pid(path)
+    launcher = TrainingLauncher()
+    waited = launcher.warm_up()
+    assert _zygote_pid(path) == pid
+    assert launcher.preloaded is True
+    assert waited < 5.0, f"a warm zygote took {waited:.1f} s to answer"
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_zygote_is_replaced_and_its_running_child_is_reported(
+    zygote_dir: Path, tmp_path: Path
+) -> None:
+    launcher = TrainingLauncher(preload=LIGHT)
+    launcher.warm_up()
+    path = zygote.socket_path(launcher.preload)
+    old = _zygote_pid(path)
+    running = launcher.start(
+        ProcessSpec("elastic_workloads:hang", env={"OUT_DIR": str(tmp_path)}, workdir=str(HERE),
+                    setup_process_group=False)
+    )  # fmt: skip
+    assert _wait(lambda: (tmp_path / "hang.json").exists())
+    os.kill(old, signal.SIGKILL)
+    assert running.wait(20) == -signal.SIGKILL
+    assert "zygote" in (running.last_failure or "")
+    record = json.loads((tmp_path / "hang.json").read_text())
+    assert _wait(lambda: _gone(record["pid"]) and _gone(record["child"])), (
+        "the orphaned group was left running"
+    )
+    seen = _describe(launcher, tmp_path)
+    assert seen["ppid"] != old
+    assert _zygote_pid(path) == seen["ppid"]
+
+
+@pytest.mark.timeout(60)
+def test_idle_zygote_exits_and_removes_its_socket(zygote_dir: Path) -> None:
+    path = zygote.ensure_started(LIGHT, idle_s=1.0)
+    pid = _zygote_pid(path)
+    assert _wait(lambda: _gone(pid), 15.0), "the idle zygote did not exit"
+    assert not path.exists()
+
+
+@pytest.mark.timeout(60)
+def test_stale_socket_and_bad_requests(zygote_dir: Path) -> None:
+    path = zygote.socket_path(LIGHT)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))  # bound, never listening: what a killed zygote leaves
+    stale.close()
+    assert zygote.ensure_started(LIGHT) == path
+    pid = _zygote_pid(path)
+    answer = zygote.request(path, {"op": "explode"}, 10.0)
+    assert "unknown op" in str(answer.get("error"))
+    assert _zygote_pid(path) == pid, "a bad request ended the zygote"
