@@ -166,3 +166,22 @@ def test_stale_socket_and_bad_requests(zygote_dir: Path) -> None:
     answer = zygote.request(path, {"op": "explode"}, 10.0)
     assert "unknown op" in str(answer.get("error"))
     assert _zygote_pid(path) == pid, "a bad request ended the zygote"
+
+
+@pytest.mark.timeout(120)
+def test_ranks_starting_together_get_children_forked_ahead(zygote_dir: Path, tmp_path: Path) -> None:
+    launcher = TrainingLauncher(preload=LIGHT)
+    launcher.warm_up()
+    path = zygote.socket_path(launcher.preload)
+
+    def spares() -> list[int]:
+        return list(zygote.request(path, {"op": "ping"}, 10.0)["spares"])
+
+    assert _wait(lambda: len(spares()) >= 1)
+    burst = [_describe(launcher, tmp_path) for _ in range(3)]  # three starts within 2 s
+    assert len({seen["pid"] for seen in burst}) == 3
+    assert _wait(lambda: len(spares()) >= 3), "the pool did not grow to the burst"
+    ahead = set(spares())
+    seen = _describe(launcher, tmp_path)
+    assert seen["pid"] in ahead, "a start did not use a child forked ahead"
+    assert seen["pgid"] == seen["pid"]

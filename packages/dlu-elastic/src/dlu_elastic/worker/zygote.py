@@ -52,6 +52,7 @@ IDLE_ENV = "DLU_ZYGOTE_IDLE_S"  # seconds with no live child before the zygote e
 DEFAULT_IDLE_S = 300.0
 _HEADER = struct.Struct("!I")
 _MAX_FDS = 8
+MAX_SPARES = 16  # children forked ahead, at most (one per rank a node starts at once)
 _MAX_MESSAGE = 64 << 20
 _UNIX_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
 # Packages whose sources the zygote may have preloaded: a change there means a new zygote.
@@ -292,14 +293,23 @@ def stop_all(directory: Path | None = None, timeout_s: float = 5.0) -> list[int]
 
 class _Zygote:
     """Single-threaded (forking from a threaded process is unsafe): a select loop over the
-    listener, SIGCHLD and the connections of running children."""
+    listener, SIGCHLD and the connections of running children.
+
+    It keeps spare children forked ahead (as many as the largest burst of requests seen, up to
+    MAX_SPARES): a fork of a process with torch loaded takes 25-130 ms here, so the ranks of a
+    node starting together would otherwise wait for each other's forks. A spare blocks on its
+    end of a socketpair until a request (with the client's descriptors) is handed to it.
+    """
 
     def __init__(self, listener: socket.socket, preloaded: list[str], failed: dict[str, str], idle_s: float):
         self.listener = listener
         self.preloaded = preloaded
         self.failed = failed
         self.idle_s = idle_s
-        self.children: dict[int, socket.socket | None] = {}
+        self.children: dict[int, socket.socket | None] = {}  # running: pid -> its client
+        self.spares: dict[int, socket.socket] = {}  # forked ahead: pid -> the zygote's end
+        self.wanted_spares = 1
+        self.burst: list[float] = []  # times of recent fork requests
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -311,27 +321,37 @@ class _Zygote:
         signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
-        while True:
-            for key, _ in self.selector.select(timeout=1.0):
-                if key.data == "accept":
-                    self._accept()
-                elif key.data == "sigchld":
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self.wake_r, 4096)
-                else:
-                    self._client_closed(key.data)
-            self._reap()
-            if self.children:
-                self.idle_since = time.monotonic()
-            elif time.monotonic() - self.idle_since > self.idle_s:
-                logger.info("zygote %d: idle for %.0f s, exiting", os.getpid(), self.idle_s)
-                return
-
-    def _accept(self) -> None:
         try:
-            conn, _ = self.listener.accept()
-        except BlockingIOError:
-            return
+            while True:
+                for key, _ in self.selector.select(timeout=1.0):
+                    if key.data == "accept":
+                        self._accept_all()
+                    elif key.data == "sigchld":
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(self.wake_r, 4096)
+                    else:
+                        self._client_closed(key.data)
+                self._reap()
+                if self.children:
+                    self.idle_since = time.monotonic()
+                elif time.monotonic() - self.idle_since > self.idle_s:
+                    logger.info("zygote %d: idle for %.0f s, exiting", os.getpid(), self.idle_s)
+                    return
+                self._refill()
+        finally:
+            for sock in self.spares.values():
+                sock.close()  # EOF: the spares exit
+
+    def _accept_all(self) -> None:
+        """Every waiting request before any refill (ranks starting together wait for no fork)."""
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            self._handle(conn)
+
+    def _handle(self, conn: socket.socket) -> None:
         conn.settimeout(10.0)
         fds: list[int] = []
         try:
@@ -340,10 +360,11 @@ class _Zygote:
                 conn.close()
                 return
             if message.get("op") == "ping":
-                send_message(conn, {"pid": os.getpid(), "preloaded": self.preloaded, "failed": self.failed})
+                answer = {"pid": os.getpid(), "preloaded": self.preloaded, "failed": self.failed}
+                send_message(conn, {**answer, "spares": sorted(self.spares)})
                 conn.close()
             elif message.get("op") == "fork":
-                self._fork(conn, message, fds)
+                self._start(conn, message, fds)
             else:
                 send_message(conn, {"error": f"unknown op {message.get('op')!r}"})
                 conn.close()
@@ -354,25 +375,58 @@ class _Zygote:
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
-                    os.close(fd)
+                    os.close(fd)  # the child has its own copies
         self.idle_since = time.monotonic()
 
-    def _fork(self, conn: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
-        target = message["target"]
-        args = tuple(message.get("args", ()))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            self._in_child(conn, target, args, fds)  # never returns
+    def _start(self, conn: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
+        now = time.monotonic()
+        self.burst = [t for t in self.burst if now - t < 2.0] + [now]
+        self.wanted_spares = min(MAX_SPARES, max(self.wanted_spares, len(self.burst)))
+        job = {"target": message["target"], "args": tuple(message.get("args", ()))}
+        pid = self._hand_to_spare(job, fds)
+        if pid is None:
+            pid = self._fork_child()
+            self._hand(pid, job, fds)
         send_message(conn, {"pid": pid})
         conn.settimeout(None)
         self.children[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, conn)
 
-    def _in_child(
-        self, conn: socket.socket, target: Callable[..., int], args: tuple[Any, ...], fds: list[int]
-    ) -> None:
+    def _hand_to_spare(self, job: dict[str, Any], fds: list[int]) -> int | None:
+        while self.spares:
+            pid = next(iter(self.spares))
+            try:
+                self._hand(pid, job, fds)
+            except OSError:
+                continue  # that spare died; _hand dropped it
+            return pid
+        return None
+
+    def _hand(self, pid: int, job: dict[str, Any], fds: list[int]) -> None:
+        sock = self.spares.pop(pid)
+        try:
+            send_message(sock, job, fds)
+        finally:
+            sock.close()
+
+    def _refill(self) -> None:
+        while len(self.spares) < self.wanted_spares:
+            self._fork_child()
+
+    def _fork_child(self) -> int:
+        """A spare: a child waiting on a socketpair for the request it will run."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            self._in_child(theirs)  # never returns
+        theirs.close()
+        self.spares[pid] = ours
+        return pid
+
+    def _in_child(self, sock: socket.socket) -> None:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
@@ -381,11 +435,14 @@ class _Zygote:
                 os.close(fd)
             self.selector.close()
             self.listener.close()
-            conn.close()
-            for other in self.children.values():
+            for other in [*self.children.values(), *self.spares.values()]:
                 if other is not None:
                     other.close()
-            code = int(target(*args, *fds) or 0)
+            job, fds = recv_message(sock)
+            sock.close()
+            if job is None:  # the zygote is gone or exiting: a spare just ends
+                os._exit(0)
+            code = int(job["target"](*job["args"], *fds) or 0)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:
@@ -409,13 +466,17 @@ class _Zygote:
                 self.children[pid] = None
 
     def _reap(self) -> None:
-        while self.children:
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            spare = self.spares.pop(pid, None)
+            if spare is not None:
+                spare.close()
+                continue
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
