@@ -411,3 +411,35 @@ def test_restart_is_far_cheaper_than_a_fresh_import_torch(launcher: TrainingLaun
         f"fresh `python -c 'import torch'`: {cold:.3f} s (best of 2); ratio {in_place / cold:.3f}"
     )
     assert in_place < 0.5 * cold  # typically 0.05-0.15 here; loose for a loaded machine
+
+
+@pytest.mark.timeout(120)
+def test_agent_store_serves_ranks_started_in_any_order(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    """The agent's TCPStore (dlu_elastic.worker.store) is up before any rank: rank 0 starting
+    last must not matter, and every rank is a client of it."""
+    from dlu_elastic.worker import store
+
+    port = free_port()
+    hosted = launcher.start(
+        ProcessSpec(
+            store.ENTRYPOINT,
+            env={store.HOST_ENV: "127.0.0.1", store.PORT_ENV: str(port)},
+            setup_process_group=False,
+        )
+    )
+    _wait_for_heartbeat(hosted)
+    agent = {store.AGENT_STORE_ENV: "True"}
+    procs = [
+        launcher.start(
+            ProcessSpec(
+                "elastic_workloads:allreduce_sum",
+                env=torchrun_env(rank, 4, port, tmp_path, **agent),
+                workdir=WORKDIR,
+            )
+        )
+        for rank in (3, 2, 1, 0)
+    ]
+    assert wait_all(procs) == [0, 0, 0, 0], [p.last_failure for p in procs]
+    assert all(read_json(tmp_path / f"allreduce-{rank}.json")["sum"] == 10 for rank in range(4))
+    assert hosted.poll() is None, "the store must outlive the round's processes"
+    assert hosted.terminate(1.0) == -signal.SIGTERM

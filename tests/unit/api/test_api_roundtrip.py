@@ -58,6 +58,7 @@ def rich_spec() -> JobSpec:
                         "comm_backend": "nccl",
                         "setup_process_group": False,
                         "rendezvous_grace_s": 12.5,
+                        "agent_store": False,
                         "node_check": {
                             "enabled": True,
                             "timeout_s": 60,

@@ -16,4 +16,7 @@ def test_small_roles_beat_at_the_minimum_interval(world: int) -> None:
 def test_large_roles_keep_the_master_under_its_call_rate(world: int) -> None:
     interval = heartbeat_interval(world)
     assert world / interval <= HEARTBEAT_CALLS_PER_S + 1e-9
-    assert interval > heartbeat_interval(world // 2) or world // 2 <= HEARTBEAT_CALLS_PER_S * MIN_HEARTBEAT_INTERVAL_S
+    assert (
+        interval > heartbeat_interval(world // 2)
+        or world // 2 <= HEARTBEAT_CALLS_PER_S * MIN_HEARTBEAT_INTERVAL_S
+    )

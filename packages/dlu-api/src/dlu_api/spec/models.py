@@ -121,6 +121,12 @@ class ElasticSettings(_Model):
     setup_process_group: bool = Field(
         default=True, description="Call init_process_group before user code runs (functions only)."
     )
+    agent_store: bool = Field(
+        default=True,
+        description="Host the process group's TCPStore before training starts, as torchrun's agent "
+        "does (TORCHELASTIC_USE_AGENT_STORE=True), so no rank waits for rank 0's; false: rank 0's "
+        "process hosts it.",
+    )
     rendezvous_grace_s: float = Field(
         default=30.0,
         ge=0,

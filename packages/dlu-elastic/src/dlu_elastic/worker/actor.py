@@ -24,6 +24,7 @@ from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, RoleSpec
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
+from dlu_elastic.worker import store
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
 from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
@@ -41,6 +42,8 @@ HEARTBEAT_CALLS_PER_S = 500.0
 
 def heartbeat_interval(world_size: int) -> float:
     return max(MIN_HEARTBEAT_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
+
+
 POLL_INTERVAL_S = 0.02
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
 # Fault injection: seconds every setup sleeps (a slow actor start keeps a failover in flight).
@@ -97,6 +100,7 @@ class ElasticWorkerActor(WorkerActor):
 
         self.host = ray.util.get_node_ip_address()
         self.process: TrainingProcess | None = None
+        self._store: TrainingProcess | None = None
         self.rounds = 0
         self.stage = ActorStage.READY
         return self.identity()
@@ -180,7 +184,7 @@ class ElasticWorkerActor(WorkerActor):
             state = client.rendezvous(**self._join_args(), timeout_s=600.0)
         finally:
             client.close()
-        spec = self._process_spec(state)
+        spec = self._process_spec(state, agent_store=False)  # this process hosts its own
         os.environ.update({**spec.env, "DLU_DEVICE": spec.device})
         if spec.setup_process_group:
             import torch.distributed as dist
@@ -194,6 +198,7 @@ class ElasticWorkerActor(WorkerActor):
         self._stop.set()
         if self.process is not None:
             self.process.terminate(2.0)
+        self._end_store()
 
     # the agent loop ------------------------------------------------------------------------------
     def _endpoint(self) -> dict[str, str]:
@@ -242,20 +247,68 @@ class ElasticWorkerActor(WorkerActor):
         self._client = self._connect()
         try:
             while not self._stop.is_set():
+                join = self._join_args()
+                hosting = self._start_store(join["free_port"])
                 try:
-                    state = self._client.rendezvous(**self._join_args(), timeout_s=600.0)
+                    state = self._client.rendezvous(**join, timeout_s=600.0)
                 except RendezvousError as exc:
+                    self._end_store()
                     if exc.code in MASTER_GONE and self._master_moved():
                         continue
                     raise
+                if hosting is not None and (state.master_addr, state.master_port) != (
+                    self.host,
+                    join["free_port"],
+                ):
+                    self._end_store()  # another rank's agent hosts this round's store
                 self.rounds += 1
+                self._await_store()
                 self.process = self.launcher.start(self._process_spec(state))
-                outcome = self._watch(state.round, self.process)
+                try:
+                    outcome = self._watch(state.round, self.process)
+                finally:
+                    self._end_store()
                 if outcome is not None:
                     return outcome
             return Result(Outcome.FAILED, "stopped")
         finally:
+            self._end_store()
             self._client.close()
+
+    # the agent's TCPStore (see dlu_elastic.worker.store) ----------------------------------------
+    def _start_store(self, port: int) -> TrainingProcess | None:
+        """Fork a store at the port this agent offers; None when the role hosts none."""
+        if not self.elastic.agent_store:
+            return None
+        env = {store.HOST_ENV: self.host, store.PORT_ENV: str(port)}
+        spec = ProcessSpec(store.ENTRYPOINT, env=env, setup_process_group=False, device=self._device())
+        self._store = self.launcher.start(spec)
+        return self._store
+
+    def _await_store(self, timeout_s: float = 30.0) -> None:
+        """Wait until this round's store (if this agent hosts it) listens.
+
+        Raises:
+            RuntimeError: it exited or did not listen within `timeout_s` (the round fails).
+        """
+        hosted = self._store
+        if hosted is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(e.kind is EventKind.HEARTBEAT for e in hosted.events()):
+                return
+            if hosted.poll() is not None:
+                break
+            time.sleep(0.002)
+        failure = (hosted.last_failure or "").strip().splitlines()
+        raise RuntimeError(f"the agent's TCPStore did not start: {failure[-1] if failure else 'timed out'}")
+
+    def _end_store(self) -> None:
+        hosted = getattr(self, "_store", None)
+        self._store = None
+        if hosted is not None:
+            hosted.terminate(1.0)
 
     def _join_args(self) -> dict[str, Any]:
         info = self.info
@@ -268,7 +321,7 @@ class ElasticWorkerActor(WorkerActor):
             "node_rank_hint": info.node_rank * info.local_world_size + info.local_rank,
         }
 
-    def _process_spec(self, state: pb.RendezvousState) -> ProcessSpec:
+    def _process_spec(self, state: pb.RendezvousState, agent_store: bool = True) -> ProcessSpec:
         info = self.info
         env = {
             "RANK": str(state.rank_offset),
@@ -284,6 +337,7 @@ class ElasticWorkerActor(WorkerActor):
             "TORCHELASTIC_RESTART_COUNT": str(self.rounds - 1),
             "TORCHELASTIC_MAX_RESTARTS": str(self.role_spec.max_restart),
             "TORCHELASTIC_RUN_ID": f"{info.job}-{info.role}",
+            store.AGENT_STORE_ENV: str(agent_store and self.elastic.agent_store),
             "DLU_CONFIG_JSON": json.dumps(info.config),
         }
         return ProcessSpec(
