@@ -323,7 +323,13 @@ class _Zygote:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
         try:
             while True:
-                for key, _ in self.selector.select(timeout=1.0):
+                # Requests come before refills: a spare is forked only when nothing waits.
+                short = len(self.spares) < self.wanted_spares
+                ready = self.selector.select(timeout=0 if short else 1.0)
+                if short and not ready:
+                    self._fork_child()
+                    continue
+                for key, _ in ready:
                     if key.data == "accept":
                         self._accept_all()
                     elif key.data == "sigchld":
@@ -337,7 +343,6 @@ class _Zygote:
                 elif time.monotonic() - self.idle_since > self.idle_s:
                     logger.info("zygote %d: idle for %.0f s, exiting", os.getpid(), self.idle_s)
                     return
-                self._refill()
         finally:
             for sock in self.spares.values():
                 sock.close()  # EOF: the spares exit
@@ -408,10 +413,6 @@ class _Zygote:
             send_message(sock, job, fds)
         finally:
             sock.close()
-
-    def _refill(self) -> None:
-        while len(self.spares) < self.wanted_spares:
-            self._fork_child()
 
     def _fork_child(self) -> int:
         """A spare: a child waiting on a socketpair for the request it will run."""
