@@ -451,6 +451,26 @@ def test_a_held_join_completes_by_the_grace_period() -> None:
         master.server.stop(0)
 
 
+def test_a_held_join_of_a_superseded_round_answers_at_once_and_a_rejoin_completes() -> None:
+    """A failover opens a new round while ranks wait in the old one: their held joins must end
+    then (not at their deadline), so that they join the new round right away."""
+    master = start_master(min_nodes=2, max_nodes=2)
+    try:
+        with master.client(timeout_s=60.0) as first, master.client() as second, ThreadPoolExecutor(1) as pool:
+            held = pool.submit(first.join, **join_args(0), wait_s=30.0)
+            time.sleep(0.2)
+            assert not held.done()
+            master.rendezvous.new_round()
+            answer = held.result(timeout=10)  # far inside the 30 s it asked to be held
+            assert answer.accepted and not answer.state.complete and answer.round == 1
+            again = pool.submit(first.rendezvous, **join_args(0), timeout_s=20.0)
+            other = second.join(**join_args(1), wait_s=10.0)
+            state = again.result(timeout=10)
+    finally:
+        master.server.stop(0)
+    assert state.complete and state.round == other.state.round == 2
+
+
 def test_a_held_poll_of_a_superseded_round_is_refused_as_stale() -> None:
     master = start_master(min_nodes=2, max_nodes=2)
     try:

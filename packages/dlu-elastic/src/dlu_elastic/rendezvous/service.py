@@ -31,7 +31,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -101,13 +101,13 @@ class ElasticServicer:
         _check_wait(request.wait_s)
         return self.rendezvous.view(request.agent_id, request.round)
 
-    def complete_view(self, agent_id: str, round_: int) -> AgentView | None:
-        """The agent's view once `round_` is complete; None while it is not, or if it can never
-        be (superseded, or the agent left it)."""
+    def settled_view(self, agent_id: str, round_: int) -> AgentView | Literal[False] | None:
+        """The agent's view once `round_` is complete; False once it never can be (superseded,
+        or the agent left it: the agent must join again, at once); None while it is pending."""
         try:
             view = self.rendezvous.view(agent_id, round_)
         except (StaleRoundError, NotMemberError):
-            return None
+            return False
         return view if view.complete else None
 
     def report_node_check(self, request: pb.NodeCheckReport) -> pb.Ack:
@@ -317,9 +317,9 @@ class _Server:
         if not response.accepted or wait <= 0:
             return response
         view = await self.watch.until(
-            lambda: self.servicer.complete_view(request.agent_id, response.round), wait
+            lambda: self.servicer.settled_view(request.agent_id, response.round), wait
         )
-        if view is not None:
+        if isinstance(view, AgentView):  # else pending at the deadline or superseded: incomplete
             response.state.CopyFrom(rendezvous_state(view))
         return response
 
