@@ -1,4 +1,4 @@
-"""The node-check probe as a training-process entrypoint (forked from the warm forkserver).
+"""The node-check probe as a training-process entrypoint (forked from the node's zygote).
 
 The ElasticWorker passes the pair layout and thresholds in the environment; the measured
 time goes back as the metric of a heartbeat, a failure as the process's traceback.

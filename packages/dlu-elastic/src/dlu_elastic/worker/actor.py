@@ -1,8 +1,9 @@
 """ElasticWorker: the actor of one rank of an elastic role.
 
-The actor imports torch once, in a warm forkserver, during setup. Training runs in a process
-forked from it, so an in-place restart costs a fork and a rendezvous, not an actor restart and
-a fresh `import torch`. The actor is the rank's agent: it joins the ElasticMaster's rendezvous,
+The actor itself does not import torch: training runs in a process forked from the node's
+zygote (torch preloaded, see zygote.py), so an in-place restart costs a fork and a rendezvous,
+not an actor restart and a fresh `import torch`, and a replaced actor forks too. The actor is
+the rank's agent: it joins the ElasticMaster's rendezvous,
 sets torchrun's environment, relays heartbeats and failures, and restarts its process when
 the master opens a new round.
 """
@@ -198,7 +199,7 @@ class ElasticWorkerActor(WorkerActor):
         self._stop.set()
         if self.process is not None:
             self.process.terminate(2.0)
-        self._end_store()
+        self._end_store(wait=True)
 
     # the agent loop ------------------------------------------------------------------------------
     def _endpoint(self) -> dict[str, str]:
@@ -263,6 +264,8 @@ class ElasticWorkerActor(WorkerActor):
                     self._end_store()  # another rank's agent hosts this round's store
                 self.rounds += 1
                 self._await_store()
+                if self.process is not None:
+                    self.process.terminate(2.0)  # the previous round's: gone before the next starts
                 self.process = self.launcher.start(self._process_spec(state))
                 try:
                     outcome = self._watch(state.round, self.process)
@@ -304,11 +307,14 @@ class ElasticWorkerActor(WorkerActor):
         failure = (hosted.last_failure or "").strip().splitlines()
         raise RuntimeError(f"the agent's TCPStore did not start: {failure[-1] if failure else 'timed out'}")
 
-    def _end_store(self) -> None:
+    def _end_store(self, wait: bool = False) -> None:
         hosted = getattr(self, "_store", None)
         self._store = None
         if hosted is not None:
-            hosted.terminate(1.0)
+            if wait:
+                hosted.terminate(1.0)
+            else:
+                hosted.request_stop()  # a new round's store uses another port: no need to wait
 
     def _join_args(self) -> dict[str, Any]:
         info = self.info
@@ -384,8 +390,9 @@ class ElasticWorkerActor(WorkerActor):
                 last_beat = now
                 action = self._beat(round_)
                 if action != "none":
-                    process.terminate(2.0)
+                    process.request_stop()  # it dies while this agent joins the next round
                     if action == "stop":
+                        process.terminate(2.0)
                         return Result(
                             Outcome.FAILED, "the ElasticMaster stopped training (restart limit reached)"
                         )

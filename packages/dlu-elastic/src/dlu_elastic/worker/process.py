@@ -217,6 +217,11 @@ class TrainingProcess:
             os.killpg(self.pid, signal.SIGKILL)  # orphans; the group exists only while they do
         return code
 
+    def request_stop(self) -> None:
+        """SIGTERM to the process group, without waiting (`terminate()` later waits and kills)."""
+        if self.poll() is None:
+            self._signal(signal.SIGTERM)
+
     def _signal(self, sig: int) -> None:
         try:
             os.killpg(self.pid, sig)  # its own group once the child has called setpgid
@@ -440,7 +445,7 @@ class TrainingLauncher:
 
 
 # ---------------------------------------------------------------------------------------------
-# The child side. Module-level functions, so the forkserver can unpickle them by name.
+# The child side. Module-level functions, so the zygote can unpickle them by name.
 
 
 class _PipeSink:
