@@ -22,7 +22,8 @@ from figures import figure
 
 ROOT = Path(__file__).resolve().parents[1]
 LM = ROOT / "examples" / "elastic" / "train_lm.py"
-BUDGETS = {"in_place": 1.5, "role": 4.0, "sub_master": 4.0, "master": 3.0}
+# DESIGN section 9; the SubMaster tier has no budget there (reported, not judged).
+BUDGETS: dict[str, float | None] = {"in_place": 1.5, "role": 4.0, "sub_master": None, "master": 3.0}
 
 
 def spec(ckpt: Path, crash_at: int) -> Any:
@@ -152,10 +153,13 @@ def main() -> None:
 
     print("failover on the reference job (2 nodes x 2 processes, CPU, gloo):")
     for tier, seconds in results.items():
-        verdict = "ok" if seconds <= BUDGETS[tier] else "OVER"
-        print(
-            f"  {tier:<10} fault -> all ranks training again: {seconds:6.2f} s (budget {BUDGETS[tier]} s) {verdict}"
+        budget = BUDGETS[tier]
+        verdict = (
+            "no budget"
+            if budget is None
+            else f"budget {budget} s, " + ("ok" if seconds <= budget else "OVER")
         )
+        print(f"  {tier:<10} fault -> all ranks training again: {seconds:6.2f} s ({verdict})")
     print(f"  PrimeMaster restart caused {worker_restarts} worker restart(s) (budget 0)")
     labels = {
         "in_place": "training-process crash -> all ranks training again (in-place tier)",
@@ -165,14 +169,12 @@ def main() -> None:
     }
     for tier, seconds in results.items():
         figure(f"failover_{tier}", seconds, "s", BUDGETS[tier], labels[tier])
-    print(
-        figure(
-            "master_restart_worker_restarts",
-            worker_restarts,
-            "",
-            0,
-            "worker restarts caused by a PrimeMaster restart",
-        ).line()
+    figure(
+        "master_restart_worker_restarts",
+        worker_restarts,
+        "",
+        0,
+        "worker restarts caused by a PrimeMaster restart",
     )
 
 
