@@ -41,6 +41,11 @@ MIN_HEARTBEAT_INTERVAL_S = 0.1
 HEARTBEAT_CALLS_PER_S = 500.0
 
 
+# A heartbeat is a tiny call: one that takes longer means the master is gone or swamped, and
+# the rank must not sit in it for the client's 10 s (a restarted ElasticMaster would wait that long).
+HEARTBEAT_TIMEOUT_S = 2.0
+
+
 def heartbeat_interval(world_size: int) -> float:
     return max(MIN_HEARTBEAT_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
 
@@ -410,6 +415,7 @@ class ElasticWorkerActor(WorkerActor):
                 agent_id=self.info.actor_name,
                 step=int(snapshot["step"]),
                 metric=snapshot["metric"],
+                timeout_s=HEARTBEAT_TIMEOUT_S,
             )
         except RendezvousError as exc:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
