@@ -2,7 +2,8 @@
 
 Run with the Python of a *cluster* environment (our wheels plus `ray[default]`), not the
 workspace: `python cluster_holder.py '{"workers": 2, ...}'`. It prints one JSON line with the
-job server URL, the GCS address and the node ids, then waits. Every node is a real raylet
+job server URL, the GCS address, the node ids and each node's Prometheus port (the metrics
+agent's `metrics_export_port`, pinned here), then waits. Every node is a real raylet
 (`ray.cluster_utils.Cluster`), all on 127.0.0.1, with free ports only, so that several test
 sessions on one machine never collide. The caller sets RAY_TMPDIR and
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (keeps every Ray process, the job agent included, on
@@ -36,6 +37,7 @@ def main() -> None:
             "dashboard_host": "127.0.0.1",
             "dashboard_port": dashboard_port,
             "dashboard_agent_listen_port": free_port(),
+            "metrics_export_port": free_port(),
             "node_ip_address": "127.0.0.1",
         },
     )
@@ -45,6 +47,7 @@ def main() -> None:
             resources={"dlu_worker": 4},
             node_ip_address="127.0.0.1",
             dashboard_agent_listen_port=free_port(),
+            metrics_export_port=free_port(),
         )
         for _ in range(options.get("workers", 2))
     ]
@@ -53,6 +56,7 @@ def main() -> None:
         "gcs": cluster.address,
         "head_node": cluster.head_node.node_id,
         "worker_nodes": [node.node_id for node in workers],
+        "metrics_ports": {node.node_id: node.metrics_export_port for node in (cluster.head_node, *workers)},
     }
     print(json.dumps(info), flush=True)
     try:

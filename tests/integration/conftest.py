@@ -117,7 +117,9 @@ def ray_cluster(
         assert first, f"the cluster did not start:\n{(workdir / 'holder.log').read_text()[-4000:]}"
         info = json.loads(first)
         _wait_for_job_server(info["dashboard"])
-        yield RayCluster(info["dashboard"], info["head_node"], info["worker_nodes"], workdir)
+        yield RayCluster(
+            info["dashboard"], info["head_node"], info["worker_nodes"], workdir, info["metrics_ports"]
+        )
     finally:
         _stop_group(process)
         log.close()

@@ -1,5 +1,8 @@
 """JobMetrics under a real Ray: created and recorded inside an actor (where the PrimeMaster
-calls it) without error, and, when this node's metrics agent answers, exported under our names."""
+calls it) without error, and, when this node's metrics agent answers, exported under our names.
+
+The tests' Ray (plain `ray`) has no metrics agent, so the export is checked where one runs:
+test_remote_cluster.py's `test_job_metrics_reach_prometheus_through_ray` (`ray[default]`)."""
 
 from __future__ import annotations
 

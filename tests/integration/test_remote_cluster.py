@@ -5,6 +5,8 @@ one head offering `dlu_head`, two worker nodes offering `dlu_worker`. The driver
 environment holding dlu-api and its light dependencies; every step goes through its `dlu`
 command, as a user on a laptop would: submit, status, list, logs, stop, and the errors a
 driver meets (name taken, version mismatch, unreachable cluster, no job server, no dlu-prime).
+The cluster environment has Ray's metrics agent, so a job's DLU metrics are read here from the
+nodes' Prometheus endpoints, as a Prometheus server would scrape them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -153,6 +156,118 @@ def test_status_name_taken_and_stop_of_a_running_job(
     rerun = dlu(driver_venv, "run", str(path), *address, cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "job hold: STOPPED (exit code 0)" in rerun.stdout
+
+
+METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+METRIC_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+Sample = tuple[str, dict[str, str], float]
+
+
+def scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""  # the agent is not serving yet
+
+
+def dlu_samples(text: str, job: str) -> dict[str, Sample]:
+    """The job's DLU samples of a Prometheus text exposition (line -> sample), names without the
+    `ray_` prefix Ray adds to every application metric (`ray_dlu_job_stage`)."""
+    found: dict[str, Sample] = {}
+    for line in text.splitlines():
+        match = METRIC_LINE.match(line)
+        if match is None or line.startswith("#"):
+            continue
+        name = match.group(1).removeprefix("ray_")
+        labels = dict(METRIC_LABEL.findall(match.group(2) or ""))
+        if name.startswith("dlu_") and labels.get("job") == job:
+            found[line] = (name, labels, float(match.group(3)))
+    return found
+
+
+def value_of(samples: list[Sample], name: str, **labels: str) -> float | None:
+    for found, tags, value in samples:
+        if found == name and all(tags.get(k) == v for k, v in labels.items()):
+            return value
+    return None
+
+
+@pytest.mark.timeout(300)
+def test_job_metrics_reach_prometheus_through_ray(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """A running job takes one role failover (`dlu debug mark-unhealthy`); its PrimeMaster's
+    JobMetrics then show on the nodes' Prometheus endpoints (each node's metrics agent serves
+    what the Ray workers on it record): the stage, the restart counters, the failover duration
+    histogram and the heartbeat age, all labelled with the job."""
+    assert len(ray_cluster.metrics_ports) == 3, ray_cluster.metrics_ports
+    spec = {
+        **CPU_JOB,
+        "name": "metered",
+        "master": ISOLATION,
+        "config": {"steps": 100_000, "step_seconds": 0.1},
+        "health": {"monitor_interval_s": 0.2},
+        "roles": [{"name": "worker", "entrypoint": "examples.hello.workers:main", "total": 2,
+                   "resources": {"cpu": 0.1}, "recovery": "in_place"}],
+    }  # fmt: skip
+    address = ("--address", ray_cluster.address)
+    done = dlu(driver_venv, "submit", str(write_spec(tmp_path, spec)), *address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        deadline = time.monotonic() + 120
+        while (current := status_json(driver_venv, "metered", ray_cluster))["stage"] != "RUNNING":
+            assert time.monotonic() < deadline, current
+            time.sleep(1)
+        marked = dlu(driver_venv, "debug", "metered", "mark-unhealthy", "worker", "--rank", "0", *address,
+                     cwd=tmp_path)  # fmt: skip
+        assert marked.returncode == 0, marked.stdout + marked.stderr
+        deadline = time.monotonic() + 120
+        while True:
+            current = status_json(driver_venv, "metered", ray_cluster)
+            tiers = [e["tier"] for e in current["events"] if e["kind"] == "failover_done"]
+            if tiers and current["stage"] == "RUNNING":
+                break
+            assert time.monotonic() < deadline, current
+            time.sleep(1)
+        assert len(tiers) == 1, current["events"]
+        (tier,) = tiers
+
+        def exported() -> dict[str, Sample]:
+            return {
+                k: v
+                for p in ray_cluster.metrics_ports.values()
+                for k, v in dlu_samples(scrape(p), "metered").items()
+            }
+
+        wanted = {  # name, labels -> what the value must satisfy
+            ("dlu_job_stage", ("stage", "RUNNING")): lambda v: v == 1.0,
+            ("dlu_job_stage", ("stage", "INIT")): lambda v: v == 0.0,
+            ("dlu_job_stage_code", ()): lambda v: v == 3.0,
+            ("dlu_restarts_total", ("tier", tier)): lambda v: v >= 1.0,
+            ("dlu_failover_duration_seconds_count", ("tier", tier)): lambda v: v >= 1.0,
+            ("dlu_failover_duration_seconds_sum", ("tier", tier)): lambda v: 0.0 < v < 120.0,
+            ("dlu_failover_duration_seconds_bucket", ("le", "+Inf")): lambda v: v >= 1.0,
+            ("dlu_heartbeat_age_seconds", ("role", "worker")): lambda v: 0.0 <= v < 30.0,
+        }
+        if tier == "role":
+            wanted["dlu_role_restarts_total", ("role", "worker")] = lambda v: v >= 1.0
+        deadline = time.monotonic() + 60  # Ray's agent exports on its report interval (seconds)
+        while True:
+            lines = exported()
+            samples = list(lines.values())
+            values = {k: value_of(samples, k[0], **dict([k[1]] if k[1] else [])) for k in wanted}
+            if all(v is not None and wanted[k](v) for k, v in values.items()):
+                break
+            assert time.monotonic() < deadline, (values, "\n".join(lines))
+            time.sleep(1)
+        print("\n".join(lines))  # what Prometheus would scrape (pytest -rP shows it)
+    finally:
+        dlu(driver_venv, "stop", "metered", *address, cwd=tmp_path)
+    deadline = time.monotonic() + 90
+    while (final := status_json(driver_venv, "metered", ray_cluster))["stage"] != "STOPPED":
+        assert time.monotonic() < deadline, final
+        time.sleep(1)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -44,6 +44,7 @@ class RayCluster:
     head_node: str
     worker_nodes: list[str]
     workdir: Path  # where entrypoints run: holds a copy of examples/, nothing else of the repo
+    metrics_ports: dict[str, int] = field(default_factory=dict)  # node id -> Prometheus port
 
 
 def cluster_env(venv: Venv, tmp_dir: str) -> dict[str, str]:
