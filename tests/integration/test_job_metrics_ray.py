@@ -67,6 +67,6 @@ def test_metrics_record_inside_an_actor_and_are_exported(ray_session: Any) -> No
                 break
             time.sleep(1.0)
         assert "dlu_failover_duration_seconds" in text, "metrics not exported within the wait"
-        assert 'job="metrics-it"' in text
+        assert 'dlu_job="metrics-it"' in text
     finally:
         ray.kill(recorder)

@@ -181,7 +181,7 @@ def dlu_samples(text: str, job: str) -> dict[str, Sample]:
             continue
         name = match.group(1).removeprefix("ray_")
         labels = dict(METRIC_LABEL.findall(match.group(2) or ""))
-        if name.startswith("dlu_") and labels.get("job") == job:
+        if name.startswith("dlu_") and labels.get("dlu_job") == job:
             found[line] = (name, labels, float(match.group(3)))
     return found
 

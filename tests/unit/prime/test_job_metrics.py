@@ -92,7 +92,7 @@ def test_stage_restarts_and_heartbeat_age_per_role() -> None:
     metrics.observe_state(state, {"m.trainer.0": 1.5, "m.trainer.1": 7.0, "m.reward.0": 0.2, "gone": 99.0})
     stage = backend.metrics["dlu_job_stage"]
     assert stage.last(stage="RUNNING") == 1.0 and stage.last(stage="INIT") == 0.0
-    assert backend.metrics["dlu_job_stage_code"].last(job="m") == 3.0
+    assert backend.metrics["dlu_job_stage_code"].last(dlu_job="m") == 3.0
     age = backend.metrics["dlu_heartbeat_age_seconds"]
     assert age.last(role="trainer") == 7.0 and age.last(role="reward") == 0.2
     assert backend.metrics["dlu_restarts_total"].records == []  # nothing restarted yet
@@ -107,7 +107,7 @@ def test_stage_restarts_and_heartbeat_age_per_role() -> None:
     assert restarts.total(tier="role") == 3 and restarts.total(tier="master") == 1
     assert restarts.total(tier="job") == 0
     assert backend.metrics["dlu_role_restarts_total"].total(role="trainer") == 3
-    assert all(tags["job"] == "m" for m in backend.metrics.values() for _, tags in m.records)
+    assert all(tags["dlu_job"] == "m" for m in backend.metrics.values() for _, tags in m.records)
 
 
 def test_failover_histogram_and_node_scores() -> None:

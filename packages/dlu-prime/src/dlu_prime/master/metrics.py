@@ -6,7 +6,8 @@ The PrimeManager calls `JobMetrics` from its loop; none of it may ever break a j
 metrics cannot be created (no Ray, a unit test, an old Ray) or a recording fails, `JobMetrics`
 logs once and carries on as a no-op. The backend is injectable so tests can see the values.
 
-Every metric carries the `job` tag. Names follow Prometheus conventions (`_seconds`, `_total`);
+Every metric carries the `dlu_job` tag (not `job`: Prometheus sets that one to its scrape job
+and would rename ours `exported_job`). Names follow Prometheus conventions (`_seconds`, `_total`);
 Ray may prefix them (`ray_`) on export.
 """
 
@@ -132,34 +133,34 @@ class JobMetrics:
         try:
             metrics = backend if backend is not None else RayMetricsBackend()
             self._stage = metrics.gauge(
-                "dlu_job_stage", "1 for the job's current stage, else 0", ("job", "stage")
+                "dlu_job_stage", "1 for the job's current stage, else 0", ("dlu_job", "stage")
             )
             self._stage_code = metrics.gauge(
                 "dlu_job_stage_code",
                 "the job's stage as a number: " + ", ".join(f"{s.value}={c}" for s, c in STAGE_CODES.items()),
-                ("job",),
+                ("dlu_job",),
             )
             self._restarts = metrics.counter(
                 "dlu_restarts_total",
                 "restarts by failover tier (role, job, node, master, ...)",
-                ("job", "tier"),
+                ("dlu_job", "tier"),
             )
             self._role_restarts = metrics.counter(
-                "dlu_role_restarts_total", "restarts of each role's actors", ("job", "role")
+                "dlu_role_restarts_total", "restarts of each role's actors", ("dlu_job", "role")
             )
             self._heartbeat_age = metrics.gauge(
                 "dlu_heartbeat_age_seconds",
                 "age of the oldest heartbeat among a role's actors",
-                ("job", "role"),
+                ("dlu_job", "role"),
             )
             self._failover = metrics.histogram(
                 "dlu_failover_duration_seconds",
                 "failure detected -> training again, per failover tier",
                 FAILOVER_BOUNDARIES_S,
-                ("job", "tier"),
+                ("dlu_job", "tier"),
             )
             self._node_score = metrics.gauge(
-                "dlu_node_check_score_seconds", "a node's node-check time (its best round)", ("job", "node")
+                "dlu_node_check_score_seconds", "a node's node-check time (its best round)", ("dlu_job", "node")
             )
         except Exception as exc:
             self.enabled = False
@@ -180,7 +181,7 @@ class JobMetrics:
         `heartbeat_ages` maps actor name -> seconds since its last heartbeat."""
 
         def record() -> None:
-            job = {"job": self.job}
+            job = {"dlu_job": self.job}
             for stage in STAGE_CODES:
                 self._stage.record(1.0 if stage is state.stage else 0.0, {**job, "stage": stage.value})
             self._stage_code.record(float(STAGE_CODES[state.stage]), job)
@@ -217,13 +218,13 @@ class JobMetrics:
 
     def failover_done(self, tier: str, duration_s: float) -> None:
         """One recovery of `tier` took `duration_s` (failure detected -> training again)."""
-        self._safely("a failover", lambda: self._failover.record(duration_s, {"job": self.job, "tier": tier}))
+        self._safely("a failover", lambda: self._failover.record(duration_s, {"dlu_job": self.job, "tier": tier}))
 
     def node_check_scores(self, scores: Mapping[str, float]) -> None:
         """Each node's node-check score (seconds, lower is better)."""
 
         def record() -> None:
             for node, score in scores.items():
-                self._node_score.record(score, {"job": self.job, "node": node})
+                self._node_score.record(score, {"dlu_job": self.job, "node": node})
 
         self._safely("node check scores", record)
