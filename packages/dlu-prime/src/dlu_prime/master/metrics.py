@@ -160,7 +160,9 @@ class JobMetrics:
                 ("dlu_job", "tier"),
             )
             self._node_score = metrics.gauge(
-                "dlu_node_check_score_seconds", "a node's node-check time (its best round)", ("dlu_job", "node")
+                "dlu_node_check_score_seconds",
+                "a node's node-check time (its best round)",
+                ("dlu_job", "node"),
             )
         except Exception as exc:
             self.enabled = False
@@ -218,7 +220,9 @@ class JobMetrics:
 
     def failover_done(self, tier: str, duration_s: float) -> None:
         """One recovery of `tier` took `duration_s` (failure detected -> training again)."""
-        self._safely("a failover", lambda: self._failover.record(duration_s, {"dlu_job": self.job, "tier": tier}))
+        self._safely(
+            "a failover", lambda: self._failover.record(duration_s, {"dlu_job": self.job, "tier": tier})
+        )
 
     def node_check_scores(self, scores: Mapping[str, float]) -> None:
         """Each node's node-check score (seconds, lower is better)."""
