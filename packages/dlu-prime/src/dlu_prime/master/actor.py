@@ -13,6 +13,8 @@ import os
 import threading
 from typing import Any
 
+import ray
+
 from dlu_api.spec.models import JobSpec
 from dlu_prime.extension import Extension, ExtensionError, load_extension
 from dlu_prime.master.manager import FencedError, PrimeManager
@@ -73,12 +75,15 @@ class PrimeMaster:
             self._done.set()
 
     # driver calls ----------------------------------------------------------------------------
+    # Read-only calls are retried across a reconstruction: one made while Ray restarts the
+    # PrimeMaster is answered once it is back. Without retries Ray fails it after its grace
+    # period for news of the death, 1 to 2 s, however soon the new PrimeMaster is up.
+    @ray.method(max_task_retries=-1)
     def ping(self) -> dict[str, Any]:
         """Liveness, and where the PrimeMaster runs (isolation scheduling is checked with it)."""
-        import ray
-
         return {"job": self.spec.name, "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
+    @ray.method(max_task_retries=-1)
     def status(self, events: int = 50) -> dict[str, Any]:
         return self.manager.status(events).model_dump(mode="json")
 
