@@ -49,6 +49,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("inplace_restart.py", quick_args=("3",)),
     Bench("submit_latency.py", quick_args=None, uses_ray=True),
     Bench("failover.py", quick_args=None, uses_ray=True, timeout_s=900.0),
+    Bench("job_e2e.py", quick_args=None, uses_ray=True, timeout_s=900.0),
 )
 
 

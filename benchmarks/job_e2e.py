@@ -1,0 +1,220 @@
+"""A 60-step reference job (0.1 s/step) with one crash at step 20: `dlu run` start to exit.
+
+The real CLI runs as a subprocess, as a user would run it, so the figure includes everything
+a user waits for: the CLI's imports, the embedded Ray it starts, the job (node check on, one
+training process raising at step 20, recovered in place from the step-20 checkpoint) and the
+shutdown. Each run gets a fresh temporary folder for its spec (examples/elastic/job.yaml with
+the entrypoint changed), its checkpoints, its private Ray (`RAY_TMPDIR`) and its `DLU_HOME`.
+
+A run counts only if `dlu run` exited 0, the crash happened (the training script's marker
+file), training finished (its final loss file) and the job recorded an in-place restart. The
+output lines are timestamped as they arrive, which gives each run's breakdown (worker output
+reaches the driver through Ray's log monitor, so those marks can be late by a few 100 ms).
+
+Prints one line per run, the breakdown's medians, then FIGURE lines (benchmarks/figures.py).
+Usage: `uv run python benchmarks/job_e2e.py [runs]` (default 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from figures import figure
+
+ROOT = Path(__file__).resolve().parents[1]
+DLU = str(Path(sys.executable).parent / "dlu")
+STEPS, STEP_S, CRASH_AT, CRASH_RANK = 60, 0.1, 20, 1
+BUDGET_S = 18.0
+RUN_TIMEOUT_S = 300.0
+
+# (mark, text of the first output line that sets it), in the order they happen.
+MARKS: tuple[tuple[str, str], ...] = (
+    ("ray_up", "Started a local Ray instance"),
+    ("submitted", "] stage INIT"),
+    ("running", "] stage RUNNING"),
+    ("crashed", "inplace_restart"),
+    ("resumed", "resumed from step"),
+    ("trained", "final loss"),
+    ("stopped", "] stage STOPPED"),
+)
+# breakdown rows: (label, from mark, to mark); "start" and "exit" are the process's own
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("CLI start + Ray start", "start", "ray_up"),
+    ("Ray up -> job submitted", "ray_up", "submitted"),
+    ("submitted -> RUNNING (actors, node check)", "submitted", "running"),
+    ("RUNNING -> crash recorded (first steps)", "running", "crashed"),
+    ("crash recorded -> resumed", "crashed", "resumed"),
+    ("resumed -> final loss (last steps)", "resumed", "trained"),
+    ("final loss -> STOPPED", "trained", "stopped"),
+    ("STOPPED -> exit (report, shutdown)", "stopped", "exit"),
+)
+
+
+@dataclass
+class Run:
+    """One `dlu run`: its exit status, wall time and when each mark's line arrived."""
+
+    code: int
+    seconds: float
+    marks: dict[str, float] = field(default_factory=dict[str, float])
+    output: list[str] = field(default_factory=list[str])
+
+    def phase(self, start: str, end: str) -> float | None:
+        if start in self.marks and end in self.marks:
+            return self.marks[end] - self.marks[start]
+        return None
+
+
+def write_spec(folder: Path, run: int) -> Path:
+    """The reference job with a 60-step entrypoint that crashes once at step 20."""
+    from dlu_api.spec import load_spec
+
+    data = load_spec(ROOT / "examples/elastic/job.yaml").model_dump(mode="json")
+    data["name"] = f"bench-e2e-{run}"
+    data["roles"][0]["entrypoint"] = (
+        f"examples/elastic/train_lm.py --steps {STEPS} --step-seconds {STEP_S} "
+        f"--crash-at-step {CRASH_AT} --crash-rank {CRASH_RANK} --checkpoint-dir {folder / 'ckpt'}"
+    )
+    path = folder / "job.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def run_cli(spec: Path, folder: Path) -> Run:
+    """Run `dlu run SPEC` and stamp every output line with the time since the process started."""
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": str(folder / "ray"),
+        "DLU_HOME": str(folder / "home"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    (folder / "ray").mkdir()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [DLU, "run", str(spec)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watchdog = threading.Timer(RUN_TIMEOUT_S, proc.kill)
+    watchdog.start()
+    run = Run(code=-1, seconds=0.0, marks={"start": 0.0})
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.perf_counter() - t0
+        run.output.append(line.rstrip("\n"))
+        for mark, text in MARKS:
+            if mark not in run.marks and text in line:
+                run.marks[mark] = now
+    run.code = proc.wait()
+    watchdog.cancel()
+    run.seconds = run.marks["exit"] = time.perf_counter() - t0
+    return run
+
+
+def check(run: Run, folder: Path, name: str) -> None:
+    """Fail unless the job succeeded, really crashed at step 20 and recovered in place."""
+    tail = "\n".join(run.output[-40:])
+    if run.code != 0:
+        raise SystemExit(f"dlu run exited {run.code}:\n{tail}")
+    ckpt = folder / "ckpt"
+    if not (ckpt / f"crashed-at-{CRASH_AT}").exists():
+        raise SystemExit(f"no crash happened at step {CRASH_AT}:\n{tail}")
+    if not (ckpt / "final_loss.txt").exists():
+        raise SystemExit(f"training did not finish:\n{tail}")
+    record = json.loads((folder / "home" / "jobs" / f"{name}.json").read_text(encoding="utf-8"))
+    status = record["status"]
+    restarts = sum(role.get("inplace_restart_count", 0) for role in status["roles"])
+    if status["stage"] != "STOPPED" or status["exit_code"] != 0 or restarts < 1:
+        raise SystemExit(
+            f"job status says otherwise: {status['stage']}, exit {status['exit_code']}, "
+            f"{restarts} in-place restart(s)"
+        )
+
+
+def leftovers(folder: Path) -> list[int]:
+    """Pids of processes still using this run's Ray folder: the CLI should have stopped them all."""
+    needle = str(folder / "ray")
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def end_leftovers(folder: Path) -> int:
+    """Stop what the run left behind (by pid: they are this run's own processes only)."""
+    pids = leftovers(folder)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
+def one_run(run_index: int) -> Run:
+    folder = Path(tempfile.mkdtemp(prefix="dlu-e2e-", dir="/tmp"))
+    try:
+        spec = write_spec(folder, run_index)
+        run = run_cli(spec, folder)
+        left = end_leftovers(folder)
+        check(run, folder, f"bench-e2e-{run_index}")
+        if left:
+            print(f"  warning: {left} process(es) of the embedded Ray outlived `dlu run`", flush=True)
+        return run
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fmt(value: float | None) -> str:
+    return "    -" if value is None else f"{value:5.2f}"
+
+
+def main(runs: int = 3) -> None:
+    done: list[Run] = []
+    for index in range(runs):
+        run = one_run(index)
+        done.append(run)
+        parts = ", ".join(f"{fmt(run.phase(a, b)).strip()}" for _, a, b in PHASES)
+        print(
+            f"run {index}: dlu run start -> exit {run.seconds:.2f} s, exit 0, crash recovered ({parts})",
+            flush=True,
+        )
+    total = statistics.median(r.seconds for r in done)
+    print(f"breakdown (median of {runs} runs, seconds):")
+    for label, start, end in PHASES:
+        values = [v for r in done if (v := r.phase(start, end)) is not None]
+        print(f"  {fmt(statistics.median(values) if values else None)}  {label}")
+    print(
+        f"dlu run start -> exit, 60 steps, one crash (median of {runs}): {total:.2f} s (budget {BUDGET_S:g} s)"
+    )
+    figure(
+        "job_e2e_60_steps_one_crash",
+        total,
+        "s",
+        BUDGET_S,
+        label="60-step job, one crash: `dlu run` start (embedded Ray) to exit",
+    )
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
