@@ -49,16 +49,16 @@ MARKS: tuple[tuple[str, str], ...] = (
     ("trained", "final loss"),
     ("stopped", "] stage STOPPED"),
 )
-# breakdown rows: (label, from mark, to mark); "start" and "exit" are the process's own
-PHASES: tuple[tuple[str, str, str], ...] = (
-    ("CLI start + Ray start", "start", "ray_up"),
-    ("Ray up -> job submitted", "ray_up", "submitted"),
-    ("submitted -> RUNNING (actors, node check)", "submitted", "running"),
-    ("RUNNING -> crash recorded (first steps)", "running", "crashed"),
-    ("crash recorded -> resumed", "crashed", "resumed"),
-    ("resumed -> final loss (last steps)", "resumed", "trained"),
-    ("final loss -> STOPPED", "trained", "stopped"),
-    ("STOPPED -> exit (report, shutdown)", "stopped", "exit"),
+# breakdown rows: (short name, label, from mark, to mark); "start" and "exit" are the process's own
+PHASES: tuple[tuple[str, str, str, str], ...] = (
+    ("start", "CLI start + Ray start", "start", "ray_up"),
+    ("submit", "Ray up -> job submitted", "ray_up", "submitted"),
+    ("ready", "submitted -> RUNNING (actors, node check)", "submitted", "running"),
+    ("steps1", "RUNNING -> crash recorded (first steps)", "running", "crashed"),
+    ("recover", "crash recorded -> resumed", "crashed", "resumed"),
+    ("steps2", "resumed -> final loss (last steps)", "resumed", "trained"),
+    ("stop", "final loss -> STOPPED", "trained", "stopped"),
+    ("exit", "STOPPED -> exit (report, shutdown)", "stopped", "exit"),
 )
 
 
@@ -194,18 +194,19 @@ def main(runs: int = 3) -> None:
     for index in range(runs):
         run = one_run(index)
         done.append(run)
-        parts = ", ".join(f"{fmt(run.phase(a, b)).strip()}" for _, a, b in PHASES)
+        parts = " ".join(f"{key} {fmt(run.phase(a, b)).strip()}" for key, _, a, b in PHASES)
         print(
-            f"run {index}: dlu run start -> exit {run.seconds:.2f} s, exit 0, crash recovered ({parts})",
+            f"run {index}: dlu run start -> exit {run.seconds:.2f} s, exit 0, crash recovered; {parts}",
             flush=True,
         )
     total = statistics.median(r.seconds for r in done)
     print(f"breakdown (median of {runs} runs, seconds):")
-    for label, start, end in PHASES:
+    for _, label, start, end in PHASES:
         values = [v for r in done if (v := r.phase(start, end)) is not None]
         print(f"  {fmt(statistics.median(values) if values else None)}  {label}")
     print(
-        f"dlu run start -> exit, 60 steps, one crash (median of {runs}): {total:.2f} s (budget {BUDGET_S:g} s)"
+        f"dlu run start -> exit, 60 steps, one crash (median of {runs}): {total:.2f} s (budget {BUDGET_S:g} s); "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     figure(
         "job_e2e_60_steps_one_crash",
