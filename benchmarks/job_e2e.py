@@ -4,7 +4,15 @@ The real CLI runs as a subprocess, as a user would run it, so the figure include
 a user waits for: the CLI's imports, the embedded Ray it starts, the job (node check on, one
 training process raising at step 20, recovered in place from the step-20 checkpoint) and the
 shutdown. Each run gets a fresh temporary folder for its spec (examples/elastic/job.yaml with
-the entrypoint changed), its checkpoints, its private Ray (`RAY_TMPDIR`) and its `DLU_HOME`.
+the entrypoint changed), its checkpoints, its private Ray (`RAY_TMPDIR`), its `DLU_HOME` and
+its own zygote directory: every run starts cold, as a first `dlu run` on a machine does (the
+zygote `dlu run` starts outlives it by minutes). `--warm-zygote` shares one zygote between the
+runs instead, after an uncounted run that starts it: a `dlu run` soon after another.
+
+DLU's own packages are byte-compiled first: they are installed editable, so neither
+`UV_COMPILE_BYTECODE` nor a first import (this machine sets PYTHONDONTWRITEBYTECODE=1) writes
+their bytecode, and every process would compile them again (0.2 s of CPU per process that
+imports them, seven processes per run); an installed DLU has its bytecode, as its users get.
 
 A run counts only if `dlu run` exited 0, the crash happened (the training script's marker
 file), training finished (its final loss file) and the job recorded an in-place restart. The
@@ -12,11 +20,13 @@ output lines are timestamped as they arrive, which gives each run's breakdown (w
 reaches the driver through Ray's log monitor, so those marks can be late by a few 100 ms).
 
 Prints one line per run, the breakdown's medians, then FIGURE lines (benchmarks/figures.py).
-Usage: `uv run python benchmarks/job_e2e.py [runs]` (default 3).
+Usage: `uv run python benchmarks/job_e2e.py [runs] [--warm-zygote]` (default 3 runs).
 """
 
 from __future__ import annotations
 
+import argparse
+import compileall
 import contextlib
 import json
 import os
@@ -77,6 +87,12 @@ class Run:
         return None
 
 
+def compile_sources() -> None:
+    """Byte-compile the workspace packages (see the module docstring)."""
+    for src in sorted(ROOT.glob("packages/*/src")):
+        compileall.compile_dir(src, quiet=1)
+
+
 def write_spec(folder: Path, run: int) -> Path:
     """The reference job with a 60-step entrypoint that crashes once at step 20."""
     from dlu_api.spec import load_spec
@@ -92,12 +108,13 @@ def write_spec(folder: Path, run: int) -> Path:
     return path
 
 
-def run_cli(spec: Path, folder: Path) -> Run:
+def run_cli(spec: Path, folder: Path, zygotes: Path) -> Run:
     """Run `dlu run SPEC` and stamp every output line with the time since the process started."""
     env = {
         **os.environ,
         "RAY_TMPDIR": str(folder / "ray"),
         "DLU_HOME": str(folder / "home"),
+        "DLU_ZYGOTE_DIR": str(zygotes),
         "PYTHONUNBUFFERED": "1",
     }
     (folder / "ray").mkdir()
@@ -147,8 +164,8 @@ def check(run: Run, folder: Path, name: str) -> None:
 
 
 def leftovers(folder: Path) -> list[int]:
-    """Pids of processes still using this run's Ray folder: the CLI should have stopped them all."""
-    needle = str(folder / "ray")
+    """Pids of processes still naming this run's folder (its Ray, its zygote and their children)."""
+    needle = str(folder)
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -162,8 +179,11 @@ def leftovers(folder: Path) -> list[int]:
     return found
 
 
-def end_leftovers(folder: Path) -> int:
-    """Stop what the run left behind (by pid: they are this run's own processes only)."""
+def end_leftovers(folder: Path, grace_s: float = 5.0) -> int:
+    """Stop what the run left behind after `grace_s` (by pid: this run's own processes only)."""
+    deadline = time.monotonic() + grace_s
+    while leftovers(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
     pids = leftovers(folder)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -171,15 +191,27 @@ def end_leftovers(folder: Path) -> int:
     return len(pids)
 
 
-def one_run(run_index: int) -> Run:
+def stop_zygotes(directory: Path) -> None:
+    """The zygotes this benchmark's runs started (they outlive `dlu run` on purpose)."""
+    from dlu_elastic.worker import zygote
+
+    zygote.stop_all(directory)
+
+
+def one_run(run_index: int, shared_zygotes: Path | None) -> Run:
+    """One checked run in a fresh folder; its own cold zygote unless `shared_zygotes` is given."""
     folder = Path(tempfile.mkdtemp(prefix="dlu-e2e-", dir="/tmp"))
+    zygotes = shared_zygotes or folder / "z"
+    zygotes.mkdir(exist_ok=True)
     try:
         spec = write_spec(folder, run_index)
-        run = run_cli(spec, folder)
+        run = run_cli(spec, folder, zygotes)
+        if shared_zygotes is None:
+            stop_zygotes(zygotes)
         left = end_leftovers(folder)
         check(run, folder, f"bench-e2e-{run_index}")
         if left:
-            print(f"  warning: {left} process(es) of the embedded Ray outlived `dlu run`", flush=True)
+            print(f"  warning: {left} process(es) of the run outlived `dlu run` and its zygote", flush=True)
         return run
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -189,24 +221,41 @@ def fmt(value: float | None) -> str:
     return "    -" if value is None else f"{value:5.2f}"
 
 
-def main(runs: int = 3) -> None:
+def report(index: int | str, run: Run) -> None:
+    parts = " ".join(f"{key} {fmt(run.phase(a, b)).strip()}" for key, _, a, b in PHASES)
+    print(
+        f"run {index}: dlu run start -> exit {run.seconds:.2f} s, exit 0, crash recovered; {parts}",
+        flush=True,
+    )
+
+
+def timed_runs(runs: int, warm_zygote: bool) -> list[Run]:
+    if not warm_zygote:
+        return [one_run(index, None) for index in range(runs)]
+    shared = Path(tempfile.mkdtemp(prefix="dlu-e2e-z-", dir="/tmp"))
+    try:
+        report("warm-up (not counted)", one_run(runs, shared))
+        return [one_run(index, shared) for index in range(runs)]
+    finally:
+        stop_zygotes(shared)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def main(runs: int = 3, warm_zygote: bool = False) -> None:
+    compile_sources()
     done: list[Run] = []
-    for index in range(runs):
-        run = one_run(index)
+    for index, run in enumerate(timed_runs(runs, warm_zygote)):
+        report(index, run)
         done.append(run)
-        parts = " ".join(f"{key} {fmt(run.phase(a, b)).strip()}" for key, _, a, b in PHASES)
-        print(
-            f"run {index}: dlu run start -> exit {run.seconds:.2f} s, exit 0, crash recovered; {parts}",
-            flush=True,
-        )
     total = statistics.median(r.seconds for r in done)
     print(f"breakdown (median of {runs} runs, seconds):")
     for _, label, start, end in PHASES:
         values = [v for r in done if (v := r.phase(start, end)) is not None]
         print(f"  {fmt(statistics.median(values) if values else None)}  {label}")
+    zygote = "warm zygote" if warm_zygote else "cold zygote"
     print(
-        f"dlu run start -> exit, 60 steps, one crash (median of {runs}): {total:.2f} s (budget {BUDGET_S:g} s); "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"dlu run start -> exit, 60 steps, one crash, {zygote} (median of {runs}): {total:.2f} s "
+        f"(budget {BUDGET_S:g} s); load average {os.getloadavg()[0]:.1f}"
     )
     figure(
         "job_e2e_60_steps_one_crash",
@@ -218,4 +267,8 @@ def main(runs: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("runs", type=int, nargs="?", default=3)
+    parser.add_argument("--warm-zygote", action="store_true", help="share one zygote between the runs")
+    args = parser.parse_args()
+    main(args.runs, args.warm_zygote)
