@@ -50,6 +50,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("submit_latency.py", quick_args=None, uses_ray=True),
     Bench("failover.py", quick_args=None, uses_ray=True, timeout_s=900.0),
     Bench("master_recovery.py", quick_args=None, uses_ray=True),
+    Bench("job_e2e.py", quick_args=None, uses_ray=True, timeout_s=900.0),
 )
 
 

@@ -97,8 +97,9 @@ def _check_stop(proc: subprocess.Popen[str], env: dict[str, str]) -> None:
 
 
 def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
-    proc, _ = _start(tmp_path, "cli-sigint")
+    proc, env = _start(tmp_path, "cli-sigint")
     try:
+        started = _ray_processes(env["RAY_TMPDIR"])
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=90)
     finally:
@@ -106,3 +107,26 @@ def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 130, out[-3000:]
     assert "interrupted: stopping job cli-sigint" in out
     assert "STOPPED" in out
+    # the embedded Ray runs without the API server and the autoscaler monitor (unused locally)
+    assert any("raylet" in cmd for cmd in started), started
+    assert not [cmd for cmd in started if "dashboard.py" in cmd or "autoscaler" in cmd]
+    # and every process of it is gone once `dlu run` has exited
+    deadline = time.monotonic() + 10
+    while _ray_processes(env["RAY_TMPDIR"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ray_processes(env["RAY_TMPDIR"]) == []
+
+
+def _ray_processes(ray_tmpdir: str) -> list[str]:
+    """Command lines of the processes of the Ray that keeps its files in `ray_tmpdir`."""
+    found: list[str] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ray_tmpdir in cmd:
+            found.append(cmd)
+    return found

@@ -281,6 +281,7 @@ def wait_job(
     """
     last: JobStatus | None = None
     final: JobStatus | None = None
+    quick = True
     while final is None:
         master = get_master(spec.name)
         if master is None:
@@ -310,9 +311,27 @@ def wait_job(
             final = current
             _let_master_finish(master)
             break
-        time.sleep(poll_interval_s)
+        quick = _pause(master, poll_interval_s, quick)
     remove_job_resources(spec.name, include_master=True)
     return final
+
+
+def _pause(master: Any, seconds: float, quick: bool) -> bool:
+    """Wait until the next poll on the PrimeMaster itself, so the job's end is seen at once
+    rather than up to `seconds` later (`quick`: once only, so a loop that ended without
+    stopping the job is polled at the usual pace). A plain sleep where it does not answer.
+
+    Returns whether the next pause may still end early.
+    """
+    began = time.monotonic()
+    try:
+        ended = bool(ray.get(master.wait_stopped.remote(seconds), timeout=seconds + 10))
+    except (RayError, GetTimeoutError):
+        ended = False
+    if ended and quick:
+        return False
+    time.sleep(max(0.0, seconds - (time.monotonic() - began)))
+    return quick
 
 
 def _let_master_finish(master: Any, timeout_s: float = 150.0) -> None:

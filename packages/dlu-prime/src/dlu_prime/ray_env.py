@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dlu_prime.naming import NAMESPACE
+
+logger = logging.getLogger(__name__)
 
 
 def quiet_ray_env() -> None:
@@ -30,6 +35,49 @@ def pin_loopback() -> None:
         services.resolve_ip_for_localhost = lambda host: host  # pyright: ignore[reportAttributeAccessIssue]
 
 
+def _skip_process(*args: Any, **kwargs: Any) -> None:
+    del args, kwargs
+
+
+def _unused_head_processes(options: dict[str, Any]) -> list[str]:
+    """The `Node` methods that start head processes an embedded Ray never uses.
+
+    `ray.init` starts them on every new head, with no option to leave them out:
+    - the API server (Jobs and State REST APIs, usage stats), even with
+      `include_dashboard=False`; `ray.init` then waits until it has published its URL, 1.5 to
+      4 s here, and it binds port 8265 (or the next free one) for nothing;
+    - the autoscaler monitor: one fixed local node has nothing to scale, and it delays
+      `ray.shutdown` by about 1 s (it ignores SIGTERM until its loop wakes).
+    Both are Python processes that import Ray, competing for the CPU with the job's start.
+    """
+    skipped = ["start_monitor"]
+    if not options.get("include_dashboard"):
+        skipped.append("start_api_server")
+    return skipped
+
+
+@contextmanager
+def _lean_head(options: dict[str, Any]) -> Iterator[None]:
+    """While Ray starts in this process, leave out the head processes a local run never uses.
+
+    Uses Ray's private `Node` class; where a method has moved, Ray's default applies.
+    """
+    from ray._private.node import Node
+
+    saved: dict[str, Any] = {}
+    for name in _unused_head_processes(options):
+        if callable(getattr(Node, name, None)):
+            saved[name] = getattr(Node, name)
+            setattr(Node, name, _skip_process)
+        else:
+            logger.debug("ray._private.node.Node.%s is gone; Ray starts that process", name)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(Node, name, method)
+
+
 def init_local(**overrides: Any) -> str:
     """Start a private embedded Ray on this machine (loopback only, no dashboard); its address."""
     import ray
@@ -45,7 +93,8 @@ def init_local(**overrides: Any) -> str:
             "log_to_driver": True,
         }
         options.update(overrides)
-        ray.init(**options)
+        with _lean_head(options):
+            ray.init(**options)
     return str(ray.get_runtime_context().gcs_address)
 
 

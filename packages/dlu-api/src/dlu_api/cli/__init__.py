@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -271,4 +272,9 @@ def schema(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        # The interpreter's last garbage collection at exit walks every object Ray's and
+        # pydantic's modules made: 0.2 to 0.4 s after a `dlu run`, for memory freed anyway.
+        gc.freeze()

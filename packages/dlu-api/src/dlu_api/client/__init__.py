@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.client.local import local_client
-from dlu_api.client.remote import RemoteJobClient
+
+if TYPE_CHECKING:
+    from dlu_api.client.remote import RemoteJobClient
 
 ADDRESS_ENV = "DLU_ADDRESS"
 
@@ -26,7 +29,19 @@ def connect(address: str | None = None, workdir: str | None = None) -> JobClient
         return local_client()
     if not address.startswith(("http://", "https://")):
         raise ValueError(f"address {address!r} is not the Ray job server's URL; use e.g. http://HEAD:8265")
+    from dlu_api.client.remote import RemoteJobClient
+
     return RemoteJobClient(address, workdir=workdir)
+
+
+def __getattr__(name: str) -> Any:
+    """`RemoteJobClient` on first use: httpx (with the rich and click it imports) costs 0.2 to
+    0.4 s, paid otherwise by every `dlu run` and every Ray worker that imports dlu_api."""
+    if name == "RemoteJobClient":
+        from dlu_api.client.remote import RemoteJobClient
+
+        return RemoteJobClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["ADDRESS_ENV", "JobClient", "RemoteJobClient", "StatusCallback", "connect", "local_client"]

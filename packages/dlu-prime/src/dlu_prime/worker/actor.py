@@ -115,11 +115,26 @@ class WorkerActor:
             )
         )
 
+    @property
+    def stage(self) -> ActorStage:
+        return self._stage
+
+    @stage.setter
+    def stage(self, value: ActorStage) -> None:
+        """An actor that ends (FINISH or FAILED) wakes the PrimeMaster: its monitoring pass sees
+        the end at once, not up to `health.monitor_interval_s` later (the job's last second)."""
+        ended = value in (ActorStage.FINISH, ActorStage.FAILED) and getattr(self, "_stage", None) is not value
+        self._stage = value
+        if ended:
+            self._wake_master()
+
     def _wake_master(self) -> None:
         import ray
 
         from dlu_prime.naming import NAMESPACE, master_name
 
+        if not ray.is_initialized():
+            return
         try:
             ray.get_actor(master_name(self.info.job), namespace=NAMESPACE).wake.remote()
         except Exception as exc:  # the poll still finds the report
