@@ -165,14 +165,12 @@ def main() -> None:
     }
     for tier, seconds in results.items():
         figure(f"failover_{tier}", seconds, "s", BUDGETS[tier], labels[tier])
-    print(
-        figure(
-            "master_restart_worker_restarts",
-            worker_restarts,
-            "",
-            0,
-            "worker restarts caused by a PrimeMaster restart",
-        ).line()
+    figure(
+        "master_restart_worker_restarts",
+        worker_restarts,
+        "",
+        0,
+        "worker restarts caused by a PrimeMaster restart",
     )
 
 
