@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from figures import figure
+from figures import compile_workspace, figure
 
 ROOT = Path(__file__).resolve().parents[1]
 LM = ROOT / "examples" / "elastic" / "train_lm.py"
@@ -103,6 +103,7 @@ def pid_of(actor: str, method: str = "status") -> int:
 
 
 def main() -> None:
+    compile_workspace()
     from dlu_prime import launcher, ray_env
     from dlu_prime.naming import master_name
 

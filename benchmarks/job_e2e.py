@@ -26,7 +26,6 @@ Usage: `uv run python benchmarks/job_e2e.py [runs] [--warm-zygote]` (default 3 r
 from __future__ import annotations
 
 import argparse
-import compileall
 import contextlib
 import json
 import os
@@ -41,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from figures import figure
+from figures import compile_workspace, figure
 
 ROOT = Path(__file__).resolve().parents[1]
 DLU = str(Path(sys.executable).parent / "dlu")
@@ -85,12 +84,6 @@ class Run:
         if start in self.marks and end in self.marks:
             return self.marks[end] - self.marks[start]
         return None
-
-
-def compile_sources() -> None:
-    """Byte-compile the workspace packages (see the module docstring)."""
-    for src in sorted(ROOT.glob("packages/*/src")):
-        compileall.compile_dir(src, quiet=1)
 
 
 def write_spec(folder: Path, run: int) -> Path:
@@ -242,7 +235,7 @@ def timed_runs(runs: int, warm_zygote: bool) -> list[Run]:
 
 
 def main(runs: int = 3, warm_zygote: bool = False) -> None:
-    compile_sources()
+    compile_workspace()
     done: list[Run] = []
     for index, run in enumerate(timed_runs(runs, warm_zygote)):
         report(index, run)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from figures import figure
+from figures import compile_workspace, figure
 
 ROOT = Path(__file__).resolve().parents[1]
 LM = ROOT / "examples" / "elastic" / "train_lm.py"
@@ -101,7 +101,8 @@ def master_pid(job: str) -> int:
     from dlu_prime.naming import NAMESPACE, master_name
 
     handle = ray.get_actor(master_name(job), namespace=NAMESPACE)
-    return int(ray.get(handle.ping.remote(), timeout=30)["pid"])
+    answer: dict[str, Any] = ray.get(handle.ping.remote(), timeout=30)
+    return int(answer["pid"])
 
 
 def process_start(pid: int) -> float:
@@ -138,6 +139,7 @@ def kill_once(job: str, count: int) -> Kill:
 
 
 def main() -> int:
+    compile_workspace()
     from dlu_prime import launcher, ray_env
 
     kills = int(sys.argv[1]) if len(sys.argv) > 1 else 5

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from figures import figure
+from figures import compile_workspace, figure
 
 from dlu_api.spec import load_spec, spec_from_dict
 from dlu_api.status import JobStage, JobStatus
@@ -77,6 +77,7 @@ def first_step(status: JobStatus) -> bool:
 
 
 def main(runs: int = 3) -> None:
+    compile_workspace()
     from dlu_prime import ray_env, roles
 
     # As `dlu run` starts its embedded Ray: the node's warm-up (the zygote importing torch) beside it.
