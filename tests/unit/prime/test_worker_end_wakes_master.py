@@ -27,7 +27,10 @@ def test_the_end_wakes_the_prime_master_once(
     assert actor.stage is end
 
 
-def test_without_ray_waking_does_nothing() -> None:
+def test_without_ray_waking_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # other tests may have a Ray up
     actor = WorkerActor.__new__(WorkerActor)
-    actor.stage = ActorStage.FINISH  # ray is not initialized here: no call, no error
+    actor.stage = ActorStage.FINISH  # no Ray: no call, no error
     assert actor.stage is ActorStage.FINISH
