@@ -185,3 +185,24 @@ def test_ranks_starting_together_get_children_forked_ahead(zygote_dir: Path, tmp
     seen = _describe(launcher, tmp_path)
     assert seen["pid"] in ahead, "a start did not use a child forked ahead"
     assert seen["pgid"] == seen["pid"]
+
+
+@pytest.mark.timeout(120)
+def test_every_child_of_a_killed_zygote_is_reported_whether_forked_ahead_or_not(
+    zygote_dir: Path, tmp_path: Path
+) -> None:
+    """Starts at once outrun the forks ahead, so some children are forked on request: none of
+    them may keep its client's connection open (the client would never learn the zygote died)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    launcher = TrainingLauncher(preload=LIGHT)
+    launcher.warm_up()
+    old = _zygote_pid(zygote.socket_path(launcher.preload))
+    spec = ProcessSpec(
+        "elastic_workloads:hang_ignoring_sigterm", workdir=str(HERE), setup_process_group=False
+    )
+    with ThreadPoolExecutor(4) as pool:
+        procs = list(pool.map(lambda _: launcher.start(spec), range(4)))
+    assert all(p.wait(2) is None for p in procs)
+    os.kill(old, signal.SIGKILL)
+    assert [p.wait(20) for p in procs] == [-signal.SIGKILL] * 4

@@ -390,7 +390,7 @@ class _Zygote:
         job = {"target": message["target"], "args": tuple(message.get("args", ()))}
         pid = self._hand_to_spare(job, fds)
         if pid is None:
-            pid = self._fork_child()
+            pid = self._fork_child(conn)  # no spare left: a new child (without this connection)
             self._hand(pid, job, fds)
         send_message(conn, {"pid": pid})
         conn.settimeout(None)
@@ -414,14 +414,20 @@ class _Zygote:
         finally:
             sock.close()
 
-    def _fork_child(self) -> int:
-        """A spare: a child waiting on a socketpair for the request it will run."""
+    def _fork_child(self, *close: socket.socket) -> int:
+        """A spare: a child waiting on a socketpair for the request it will run.
+
+        `close`: connections the child must not hold (a client's connection held by a child
+        would keep its end open after the zygote died, and the client would never see EOF).
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             ours.close()
+            for sock in close:
+                sock.close()
             self._in_child(theirs)  # never returns
         theirs.close()
         self.spares[pid] = ours
