@@ -19,44 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from figures import compile_workspace, figure
+from reference import ROOT, reference_spec, status
 
-ROOT = Path(__file__).resolve().parents[1]
-LM = ROOT / "examples" / "elastic" / "train_lm.py"
 # DESIGN section 9; the SubMaster tier has no budget there (reported, not judged).
 BUDGETS: dict[str, float | None] = {"in_place": 1.5, "role": 4.0, "sub_master": None, "master": 3.0}
 
 
 def spec(ckpt: Path, crash_at: int) -> Any:
-    from dlu_api.spec import spec_from_dict
-
-    return spec_from_dict(
-        {
-            "name": "bench-failover",
-            "device_type": "CPU",
-            "device_per_node": 0,
-            "node_num": 2,
-            "health": {"monitor_interval_s": 0.1},
-            "roles": [
-                {
-                    "name": "trainer",
-                    "kind": "elastic",
-                    "entrypoint": f"{LM} --steps 400 --step-seconds 0.1 --checkpoint-every 5 "
-                    f"--checkpoint-dir {ckpt} --crash-at-step {crash_at} --crash-rank 1",
-                    "resources": {"cpu": 0.25},
-                    "elastic": {"nnodes": 2, "nproc_per_node": 2, "node_check": {"enabled": False}},
-                }
-            ],
-        }
+    return reference_spec(
+        "bench-failover",
+        f"--steps 400 --step-seconds 0.1 --checkpoint-every 5 --checkpoint-dir {ckpt} "
+        f"--crash-at-step {crash_at} --crash-rank 1",
     )
-
-
-def status(job: str) -> Any:
-    from dlu_prime import launcher
-
-    try:
-        return launcher.job_status(job)
-    except Exception:
-        return None
 
 
 def steps(job: str) -> dict[str, int]:

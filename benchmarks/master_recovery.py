@@ -22,12 +22,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from figures import compile_workspace, figure
+from reference import ROOT, reference_spec, status
 
-ROOT = Path(__file__).resolve().parents[1]
-LM = ROOT / "examples" / "elastic" / "train_lm.py"
 BUDGET_S = 3.0
 RANKS = 4
 
@@ -43,37 +42,11 @@ class Kill:
 
 
 def spec(ckpt: Path, kills: int) -> Any:
-    from dlu_api.spec import spec_from_dict
-
-    return spec_from_dict(
-        {
-            "name": "bench-master-recovery",
-            "device_type": "CPU",
-            "device_per_node": 0,
-            "node_num": 2,
-            "health": {"monitor_interval_s": 0.1},
-            "limits": {"master_max_restart": kills + 1},
-            "roles": [
-                {
-                    "name": "trainer",
-                    "kind": "elastic",
-                    "entrypoint": f"{LM} --steps 100000 --step-seconds 0.1 --checkpoint-every 50 "
-                    f"--checkpoint-dir {ckpt}",
-                    "resources": {"cpu": 0.25},
-                    "elastic": {"nnodes": 2, "nproc_per_node": 2, "node_check": {"enabled": False}},
-                }
-            ],
-        }
+    return reference_spec(
+        "bench-master-recovery",
+        f"--steps 100000 --step-seconds 0.1 --checkpoint-every 50 --checkpoint-dir {ckpt}",
+        limits={"master_max_restart": kills + 1},
     )
-
-
-def status(job: str) -> Any:
-    from dlu_prime import launcher
-
-    try:
-        return launcher.job_status(job)
-    except Exception:
-        return None
 
 
 def rank_steps(current: Any) -> dict[str, int]:
@@ -101,7 +74,7 @@ def master_pid(job: str) -> int:
     from dlu_prime.naming import NAMESPACE, master_name
 
     handle = ray.get_actor(master_name(job), namespace=NAMESPACE)
-    answer: dict[str, Any] = ray.get(handle.ping.remote(), timeout=30)
+    answer = cast(dict[str, Any], ray.get(handle.ping.remote(), timeout=30))
     return int(answer["pid"])
 
 

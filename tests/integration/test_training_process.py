@@ -7,7 +7,6 @@ elastic_script.py next to this file.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import statistics
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_checks import gone
 
 from dlu_elastic.worker.process import (
     EventKind,
@@ -283,18 +283,6 @@ def test_heartbeats_arrive_in_order(launcher: TrainingLauncher, tmp_path: Path) 
     assert "loss is NaN" in (events[-1].message or "")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie still answers kill(0): look at its state.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
-
-
 def _wait_for_heartbeat(proc: TrainingProcess, timeout: float = 30.0) -> list[ProcessEvent]:
     deadline = time.monotonic() + timeout
     seen: list[ProcessEvent] = []
@@ -327,9 +315,9 @@ def test_terminate_hung_process_and_its_children(launcher: TrainingLauncher, tmp
     assert code == -signal.SIGTERM
     assert elapsed < 5.0
     deadline = time.monotonic() + 5.0
-    while not _gone(grandchild) and time.monotonic() < deadline:
+    while not gone(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(grandchild), "the training process's own subprocess outlived terminate()"
+    assert gone(grandchild), "the training process's own subprocess outlived terminate()"
 
 
 @pytest.mark.timeout(60)
@@ -372,10 +360,10 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
     record = read_json(tmp_path / "hang.json")
     deadline = time.monotonic() + 10.0
-    while not (_gone(record["pid"]) and _gone(record["child"])) and time.monotonic() < deadline:
+    while not (gone(record["pid"]) and gone(record["child"])) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(record["pid"]), "the training process outlived its launcher"
-    assert _gone(record["child"]), "the training process's subprocess outlived its launcher"
+    assert gone(record["pid"]), "the training process outlived its launcher"
+    assert gone(record["child"]), "the training process's subprocess outlived its launcher"
 
 
 def _in_place_start(launcher: TrainingLauncher, tmp_path: Path) -> float:

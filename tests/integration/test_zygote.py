@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_checks import gone
 
 from dlu_elastic.worker import zygote
 from dlu_elastic.worker.process import PRELOAD, ProcessSpec, TrainingLauncher
@@ -31,17 +32,6 @@ def zygote_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv(zygote.DIR_ENV, str(directory))
     yield directory
     zygote.stop_all(directory)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
 
 
 def _wait(condition: object, timeout_s: float = 20.0) -> bool:
@@ -139,9 +129,7 @@ def test_a_killed_zygote_is_replaced_and_its_running_child_is_reported(
     assert running.wait(20) == -signal.SIGKILL
     assert "zygote" in (running.last_failure or "")
     record = json.loads((tmp_path / "hang.json").read_text())
-    assert _wait(lambda: _gone(record["pid"]) and _gone(record["child"])), (
-        "the orphaned group was left running"
-    )
+    assert _wait(lambda: gone(record["pid"]) and gone(record["child"])), "the orphaned group was left running"
     seen = _describe(launcher, tmp_path)
     assert seen["ppid"] != old
     assert _zygote_pid(path) == seen["ppid"]
@@ -151,7 +139,7 @@ def test_a_killed_zygote_is_replaced_and_its_running_child_is_reported(
 def test_idle_zygote_exits_and_removes_its_socket(zygote_dir: Path) -> None:
     path = zygote.ensure_started(LIGHT, idle_s=1.0)
     pid = _zygote_pid(path)
-    assert _wait(lambda: _gone(pid), 15.0), "the idle zygote did not exit"
+    assert _wait(lambda: gone(pid), 15.0), "the idle zygote did not exit"
     assert not path.exists()
 
 
