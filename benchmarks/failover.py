@@ -49,8 +49,14 @@ def wait(what: str, check: Any, timeout_s: float = 300.0, every: float = 0.02) -
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def training_again(job: str, events_before: int, kinds: set[str]) -> float:
-    """Time when, after a recovery event, every rank reported a new step."""
+def training_again(job: str, events_before: int, kinds: set[str], beyond: int | None = None) -> float:
+    """Time when, after a recovery event, every rank reported a new step.
+
+    A new step is one past `beyond` when it is given: the step the crash happened at, which only
+    the restarted processes can pass. Without it, a step that differs from the one the status
+    showed when the event was first seen (the ranks' reports reach the status a heartbeat late,
+    so a snapshot taken right at a fault can hold a step the old processes still report).
+    """
     seen: dict[str, int] = {}
 
     def recovered() -> bool:
@@ -58,6 +64,8 @@ def training_again(job: str, events_before: int, kinds: set[str]) -> float:
         if current is None or not any(e.kind in kinds for e in current.events[events_before:]):
             return False
         now = steps(job)
+        if beyond is not None:
+            return len(now) == 4 and all(step > beyond for step in now.values())
         if not seen:
             seen.update(now)
             return False
@@ -84,7 +92,7 @@ def main() -> None:
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-bf-", dir="/tmp"))
     ray_env.init_local(num_cpus=8)
     ckpt = Path(tempfile.mkdtemp(prefix="dlu-bf-ckpt-"))
-    crash_at = 15
+    crash_at = 15  # a checkpoint step: the restarted processes resume there, the old ones never pass it
     job = spec(ckpt, crash_at)
     launcher.submit_job(job, str(ROOT))
     name = job.name
@@ -94,7 +102,7 @@ def main() -> None:
     marker = ckpt / f"crashed-at-{crash_at}"
     wait("the injected crash", marker.exists, every=0.005)
     fault_mono = time.monotonic() - (time.time() - marker.stat().st_mtime)
-    results["in_place"] = training_again(name, 0, {"inplace_restart"}) - fault_mono
+    results["in_place"] = training_again(name, 0, {"inplace_restart"}, beyond=crash_at) - fault_mono
 
     # tier 2: SIGKILL an ElasticWorker actor
     time.sleep(2.0)
