@@ -18,7 +18,7 @@ from ray import cloudpickle
 from ray.exceptions import RayActorError
 
 from dlu_prime.naming import NAMESPACE, job_prefix
-from dlu_prime.runtime.channel import (
+from dlu_prime.runtime.data_channel import (
     ChannelClosed,
     ChannelNotFoundError,
     ChannelTimeoutError,

@@ -72,6 +72,7 @@ class FakeClient(JobClient):
         self.submitted: list[JobSpec] = []
         self.calls: list[tuple[str, Any]] = []
         self.addresses: list[str | None] = []  # what `connect` was given, per call
+        self.connected_for: list[JobSpec | None] = []  # the job `connect` was told is coming
 
     def submit(self, spec: JobSpec) -> str:
         ensure_valid(spec)
@@ -117,8 +118,9 @@ class FakeClient(JobClient):
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient()
 
-    def connect(address: str | None = None, workdir: str | None = None) -> JobClient:
+    def connect(address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None) -> JobClient:
         client.addresses.append(address)
+        client.connected_for.append(spec)
         return client
 
     monkeypatch.delenv("DLU_ADDRESS", raising=False)
@@ -283,6 +285,7 @@ def test_run_prints_progress_and_exits_with_the_jobs_code(fake: FakeClient, tmp_
     assert result.exit_code == 0, result.output
     assert fake.submitted[0] == JobSpec.model_validate(SPEC_DATA)
     assert fake.calls == [("submit", "demo"), ("wait", "demo")]
+    assert fake.connected_for == fake.submitted  # a local run warms the node up before Ray starts
     lines = result.output.splitlines()
     stage_lines = [line for line in lines if line.startswith("[demo] stage ")]
     assert stage_lines == ["[demo] stage INIT", "[demo] stage RUNNING", "[demo] stage STOPPED"]

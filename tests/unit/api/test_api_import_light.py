@@ -173,3 +173,33 @@ def test_local_client_with_dlu_prime_missing_a_dependency(
     message = local_client_errors["fake_local_missing_dep"]["message"]
     assert "not_a_real_dependency_xyz" in message
     assert "pip install --force-reinstall dlu-prime" in message
+
+
+def test_a_local_run_warms_the_node_up_before_importing_ray_or_torch() -> None:
+    # `dlu run` starts the zygote (its imports use a core the CLI leaves idle) before it imports
+    # the local client: neither the warm-up nor what it imports may pull in Ray or torch.
+    result = _python(
+        """
+        import json, sys
+        from dlu_elastic.worker import zygote
+        started = []
+        zygote.ensure_started = lambda preload, idle_s=None: started.append(list(preload))
+        from dlu_api.client.local import warm_up_local
+        from dlu_api.spec import spec_from_dict
+        role = {"name": "t", "kind": "elastic", "entrypoint": "train.py",
+                "elastic": {"nnodes": 1, "nproc_per_node": 2}}
+        warm_up_local(spec_from_dict({"name": "w", "device_type": "CPU", "roles": [role]}))
+        elastic = len(started)
+        simple = {"name": "s", "kind": "simple", "entrypoint": "m:f"}
+        warm_up_local(spec_from_dict({"name": "w", "device_type": "CPU", "roles": [simple]}))
+        print(json.dumps({
+            "started": started,
+            "elastic": elastic,
+            "heavy": sorted(m for m in ("ray", "torch", "grpc") if m in sys.modules),
+        }))
+        """
+    )
+    assert result["elastic"] == 1, "an elastic role starts the node's zygote"
+    assert len(result["started"]) == 1, "a role without training processes starts nothing"
+    assert "torch" in result["started"][0]
+    assert result["heavy"] == []

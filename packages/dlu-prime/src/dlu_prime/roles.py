@@ -42,7 +42,7 @@ def recovery_policy(role: RoleSpec) -> RecoveryPolicy:
 
 
 # Starts the node's zygote (torch preloaded) without waiting for it; see dlu_elastic.worker.zygote.
-ELASTIC_NODE_WARMUP = "dlu_elastic.worker.process:prestart"
+ELASTIC_NODE_WARMUP = "dlu_elastic.worker.warmup:prestart"
 
 
 def node_warmup_path(role: RoleSpec) -> str | None:

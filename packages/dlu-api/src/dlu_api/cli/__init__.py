@@ -88,7 +88,7 @@ def run(
     """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code."""
     try:
         spec = _spec_from_args(spec_or_command, name, device_type)
-        client = connect(address, workdir)
+        client = connect(address, workdir, spec)
         job = client.submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -118,7 +118,7 @@ def resume(
     was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
     try:
         spec = _spec_from_args([str(spec_file)], None, None)
-        client = connect(address, workdir)
+        client = connect(address, workdir, spec)
         job = client.resume(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None

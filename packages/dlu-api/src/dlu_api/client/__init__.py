@@ -6,19 +6,22 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.client.local import local_client
+from dlu_api.client.local import local_client, warm_up_local
 
 if TYPE_CHECKING:
     from dlu_api.client.remote import RemoteJobClient
+    from dlu_api.spec.models import JobSpec
 
 ADDRESS_ENV = "DLU_ADDRESS"
 
 
-def connect(address: str | None = None, workdir: str | None = None) -> JobClient:
+def connect(address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None) -> JobClient:
     """The client for `address`, else `$DLU_ADDRESS`, else the local embedded Ray.
 
     `workdir` (clusters only): the directory on the cluster's nodes that holds the job's code;
     a local run imports from the current directory.
+    `spec`: the job about to be submitted; a local run starts what this machine's workers will
+    need (the zygote of elastic roles) before it imports Ray, so that their imports overlap.
 
     Raises:
         ValueError: the address is not an http(s) URL.
@@ -26,6 +29,8 @@ def connect(address: str | None = None, workdir: str | None = None) -> JobClient
     """
     address = address or os.environ.get(ADDRESS_ENV) or None
     if address is None or address == "local":
+        if spec is not None:
+            warm_up_local(spec)
         return local_client()
     if not address.startswith(("http://", "https://")):
         raise ValueError(f"address {address!r} is not the Ray job server's URL; use e.g. http://HEAD:8265")

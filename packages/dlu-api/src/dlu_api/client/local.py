@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from dlu_api.client.base import JobClient
 from dlu_api.errors import MissingComponentError
 
+if TYPE_CHECKING:
+    from dlu_api.spec.models import JobSpec
+
 LOCAL_CLIENT_PATH = "dlu_prime.local:LocalJobClient"
+# Imports no Ray: it runs before the local client is imported.
+LOCAL_WARMUP_PATH = "dlu_prime.roles:warm_up_this_node"
 
 INSTALL_HINT = (
     "Running a job on this machine needs dlu-prime (the DLU control plane, with Ray). "
@@ -43,3 +49,16 @@ def local_client() -> JobClient:
     if not isinstance(client, JobClient):
         raise MissingComponentError(f"{LOCAL_CLIENT_PATH} is not a JobClient; reinstall dlu-prime.")
     return client
+
+
+def warm_up_local(spec: JobSpec) -> None:
+    """Start the node warm-ups of `spec`'s roles on this machine, as the local client does when it
+    starts the embedded Ray, only earlier. Without dlu-prime it does nothing: `local_client`
+    says what to install.
+    """
+    module_name, _, attr = LOCAL_WARMUP_PATH.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        return
+    getattr(module, attr)(spec.roles)

@@ -52,19 +52,9 @@ from typing import Any, cast
 from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind, parse_entrypoint
 from dlu_api.spec.torchrun import parse_torchrun
 from dlu_elastic.worker import zygote
+from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 
-# torch._dynamo: torch imports it lazily the first time an optimizer is built (2-3 s here, 10+ s
-# with four ranks on two cores), so without it every start and every in-place restart of a
-# training process paid that again; measured: "process group ready -> model and optimizer
-# ready" fell from 13.5 s to well under a second on the reference job.
-PRELOAD: tuple[str, ...] = (
-    "torch",
-    "torch.distributed",
-    "torch._dynamo",
-    "torch.optim",
-    __name__,
-)
 BACKENDS = ("gloo", "nccl", "auto")
 # Set by the launcher on every process it starts; also where `current_worker().device` reads.
 DEVICE_ENV = "DLU_DEVICE"
@@ -302,16 +292,6 @@ def _terminate_live_processes() -> None:
     for proc in list(_live):
         with contextlib.suppress(Exception):
             proc.terminate(grace_s=1.0)
-
-
-def prestart() -> None:
-    """Start this node's zygote with the default preload list, without waiting for its imports
-    (a job about to run here gets torch imported while Ray and its actors start).
-
-    Raises:
-        zygote.ZygoteError: a new zygote could not be started.
-    """
-    zygote.ensure_started(PRELOAD)
 
 
 class TrainingLauncher:

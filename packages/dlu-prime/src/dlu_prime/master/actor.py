@@ -138,7 +138,7 @@ class PrimeMaster:
 
     def create_channel(self, name: str, capacity: int) -> Any:
         from dlu_prime.naming import channel_name
-        from dlu_prime.runtime.channel import DataChannel
+        from dlu_prime.runtime.data_channel import DataChannel
 
         channel = DataChannel.create(self.spec.name, name, capacity)
         self.manager.register_channel(name, "channel", channel_name(self.spec.name, name))

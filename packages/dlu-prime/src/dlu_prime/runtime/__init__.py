@@ -1,11 +1,40 @@
 """Runtime SDK used inside worker actors: identity, health, RPC between roles, data channels,
-dynamic sharding."""
+dynamic sharding.
 
-from dlu_prime.runtime.channel import ChannelClosed, DataChannel
-from dlu_prime.runtime.context import WorkerContext, current_worker, heartbeat, report_error
-from dlu_prime.runtime.data import channel, consumer_id, shard_queue
-from dlu_prime.runtime.rpc import RoleGroup, RpcFuture, role_group, rpc
-from dlu_prime.runtime.sharding import Shard, ShardQueue
+Names load on first use: `heartbeat` and `current_worker` need no Ray, and a training process
+(or the zygote that preloads what training processes run) that imports only them should not pay
+`import ray` (0.5 s of CPU here).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlu_prime.runtime.context import WorkerContext, current_worker, heartbeat, report_error
+    from dlu_prime.runtime.data import channel, consumer_id, shard_queue
+    from dlu_prime.runtime.data_channel import ChannelClosed, DataChannel
+    from dlu_prime.runtime.rpc import RoleGroup, RpcFuture, role_group, rpc
+    from dlu_prime.runtime.sharding import Shard, ShardQueue
+
+_WHERE = {
+    "ChannelClosed": "data_channel",
+    "DataChannel": "data_channel",
+    "WorkerContext": "context",
+    "current_worker": "context",
+    "heartbeat": "context",
+    "report_error": "context",
+    "channel": "data",
+    "consumer_id": "data",
+    "shard_queue": "data",
+    "RoleGroup": "rpc",
+    "RpcFuture": "rpc",
+    "role_group": "rpc",
+    "rpc": "rpc",
+    "Shard": "sharding",
+    "ShardQueue": "sharding",
+}
 
 __all__ = [
     "ChannelClosed",
@@ -24,3 +53,16 @@ __all__ = [
     "rpc",
     "shard_queue",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

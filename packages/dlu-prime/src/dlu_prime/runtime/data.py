@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from dlu_prime.naming import NAMESPACE, SEP, master_name
-from dlu_prime.runtime.channel import DataChannel
 from dlu_prime.runtime.context import current_worker
+from dlu_prime.runtime.data_channel import DataChannel
 from dlu_prime.runtime.sharding import ShardQueue
 
 logger = logging.getLogger(__name__)
