@@ -186,7 +186,7 @@ def end_leftovers(folder: Path, grace_s: float = 5.0) -> int:
 
 def stop_zygotes(directory: Path) -> None:
     """The zygotes this benchmark's runs started (they outlive `dlu run` on purpose)."""
-    from dlu_elastic.worker import zygote
+    from dlu_prime import zygote
 
     zygote.stop_all(directory)
 

@@ -23,7 +23,7 @@ def private_zygotes() -> Iterator[Path]:
     os.environ["DLU_ZYGOTE_DIR"] = str(directory)
     yield directory
     try:
-        from dlu_elastic.worker import zygote
+        from dlu_prime import zygote
     except ImportError:
         return
     zygote.stop_all(directory)

@@ -1,4 +1,4 @@
-"""The node's zygote (dlu_elastic.worker.zygote): shared, outliving its starter, replaced when
+"""The node's zygote (dlu_prime.zygote): shared, outliving its starter, replaced when
 gone, exiting when idle. Real processes; a private socket directory per test."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from proc_checks import gone
 
-from dlu_elastic.worker import zygote
 from dlu_elastic.worker.process import PRELOAD, ProcessSpec, TrainingLauncher
+from dlu_prime import zygote
 
 HERE = Path(__file__).resolve().parent
 LIGHT = ("dlu_elastic.worker.process",)  # no torch: a zygote that starts in a second

@@ -118,7 +118,9 @@ class FakeClient(JobClient):
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient()
 
-    def connect(address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None) -> JobClient:
+    def connect(
+        address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None
+    ) -> JobClient:
         client.addresses.append(address)
         client.connected_for.append(spec)
         return client

@@ -181,7 +181,7 @@ def test_a_local_run_warms_the_node_up_before_importing_ray_or_torch() -> None:
     result = _python(
         """
         import json, sys
-        from dlu_elastic.worker import zygote
+        from dlu_prime import zygote
         started = []
         zygote.ensure_started = lambda preload, idle_s=None: started.append(list(preload))
         from dlu_api.client.local import warm_up_local

@@ -7,10 +7,9 @@ import logging
 from collections.abc import Iterable
 
 from dlu_api.spec.models import RecoveryPolicy, RoleKind, RoleSpec
+from dlu_prime.actor_paths import ELASTIC_SUB_MASTER, ELASTIC_WORKER
 
 logger = logging.getLogger(__name__)
-
-ELASTIC_SUB_MASTER = "dlu_elastic.master:ElasticMaster"
 
 
 def sub_master_path(role: RoleSpec) -> str | None:
@@ -20,9 +19,6 @@ def sub_master_path(role: RoleSpec) -> str | None:
     if role.kind is RoleKind.ELASTIC:
         return ELASTIC_SUB_MASTER
     return None
-
-
-ELASTIC_WORKER = "dlu_elastic.worker.actor:ElasticWorkerActor"
 
 
 def worker_actor_path(role: RoleSpec) -> str | None:
@@ -41,7 +37,7 @@ def recovery_policy(role: RoleSpec) -> RecoveryPolicy:
     return RecoveryPolicy.IN_PLACE if sub_master_path(role) is not None else RecoveryPolicy.GLOBAL
 
 
-# Starts the node's zygote (torch preloaded) without waiting for it; see dlu_elastic.worker.zygote.
+# Starts the node's zygote (torch preloaded) without waiting for it; see dlu_prime.zygote.
 ELASTIC_NODE_WARMUP = "dlu_elastic.worker.warmup:prestart"
 
 

@@ -51,8 +51,8 @@ from typing import Any, cast
 
 from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind, parse_entrypoint
 from dlu_api.spec.torchrun import parse_torchrun
-from dlu_elastic.worker import zygote
 from dlu_elastic.worker.warmup import PRELOAD
+from dlu_prime import zygote
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 
 BACKENDS = ("gloo", "nccl", "auto")

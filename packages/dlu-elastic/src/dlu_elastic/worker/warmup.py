@@ -6,7 +6,7 @@ calls `prestart` before it imports Ray, and the zygote's imports use a core the 
 
 from __future__ import annotations
 
-from dlu_elastic.worker import zygote
+from dlu_prime import zygote
 
 # torch._dynamo: torch imports it lazily the first time an optimizer is built (2-3 s here, 10+ s
 # with four ranks on two cores), so without it every start and every in-place restart of a

@@ -1,4 +1,7 @@
-"""The node's zygote: one process with torch preloaded that forks every training process.
+"""The node's zygotes: a process with modules preloaded that forks the processes needing them.
+
+Two kinds use it: training processes fork from a zygote with torch preloaded (below), and the
+embedded Ray's worker processes from one with Ray preloaded (`dlu_prime.ray_workers`).
 
 `import torch` plus the `torch._dynamo` an optimizer pulls in costs 8 s of CPU here. A
 forkserver per actor paid that once per rank (four ranks on two cores: 16 s of CPU before the
@@ -123,8 +126,12 @@ def socket_dir() -> Path:
     return base
 
 
-def socket_path(preload: Sequence[str]) -> Path:
-    """The socket of the zygote that suits this interpreter, environment and preload list."""
+def socket_path(preload: Sequence[str], salt: str = "") -> Path:
+    """The socket of the zygote that suits this interpreter, environment and preload list.
+
+    `salt`: whatever else the preloaded modules captured when imported (settings they read from
+    the environment, say); another salt means another zygote.
+    """
     torch_spec = importlib.util.find_spec("torch")
     key = "\0".join(
         [
@@ -133,6 +140,7 @@ def socket_path(preload: Sequence[str]) -> Path:
             torch_spec.origin if torch_spec and torch_spec.origin else "",
             ",".join(preload),
             _sources_stamp(),
+            salt,
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -169,14 +177,14 @@ def _listening(path: Path) -> bool:
     return True
 
 
-def ensure_started(preload: Sequence[str], idle_s: float | None = None) -> Path:
+def ensure_started(preload: Sequence[str], idle_s: float | None = None, salt: str = "") -> Path:
     """The socket of a zygote for `preload`, starting one if none listens; does not wait for its
     imports (a connection made meanwhile waits in the listen backlog).
 
     Raises:
         ZygoteError: a new zygote did not bind its socket within 30 s (its log is named).
     """
-    path = socket_path(preload)
+    path = socket_path(preload, salt)
     if _listening(path):
         return path
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
