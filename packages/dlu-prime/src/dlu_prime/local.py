@@ -23,7 +23,6 @@ from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import launcher, ray_env, roles
 from dlu_prime.master.state import MAX_EVENTS
-from dlu_prime.scheduler.placement import plain_worker_demand
 
 HOME_ENV = "DLU_HOME"
 
@@ -132,14 +131,9 @@ class LocalJobClient(JobClient):
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
-        idle_workers = 0
         if self._address is None:  # the embedded Ray starts here: warm this node up beside it
             roles.warm_up_this_node(spec.roles)
-            self._ensure_ray()
-            idle_workers = ray_env.first_driver_workers()
-        # The job's actors start in Ray workers that come up while its PrimeMaster starts.
-        if not os.environ.get("XX_NOPRE"):
-            ray_env.prestart_workers(plain_worker_demand(spec) - idle_workers)
+        self._ensure_ray()
         launcher.submit_job(spec, os.getcwd(), resume)
         self._specs[spec.name] = spec
         self.files.write(JobStatus(name=spec.name, stage=JobStage.INIT), self._address)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Iterator
@@ -118,50 +117,3 @@ def connect(address: str = "auto") -> None:
     quiet_ray_env()
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-
-
-def first_driver_workers() -> int:
-    """The idle workers a new Ray starts for its first driver: one per CPU of the node."""
-    import ray
-
-    return int(ray.cluster_resources().get("CPU", 0))
-
-
-def prestart_workers(count: int, keep_alive_s: float = 60.0) -> bool:
-    """Ask this node's raylet to start `count` Python worker processes for the current job now,
-    ahead of the actors that will take them; whether it accepted.
-
-    A Ray worker process costs 0.6 to 1 s of CPU to start here (`import ray`, connecting), and the
-    raylet starts one only when an actor asks for it and only as many at once as the node has
-    CPUs: a job's actors, created by its PrimeMaster once it is up, started in waves after it.
-    Started at submit they come up while the PrimeMaster starts. Ray has no public call for it;
-    this is the raylet's own PrestartWorkers RPC (what Ray's `enable_worker_prestart` uses), so a
-    Ray without it, or any failure, costs nothing but the head start.
-    """
-    if count <= 0:
-        return False
-    try:
-        import ray
-        from ray._private.grpc_utils import init_grpc_channel
-
-        # generated modules without type stubs
-        common: Any = importlib.import_module("ray.core.generated.common_pb2")
-        messages: Any = importlib.import_module("ray.core.generated.node_manager_pb2")
-        services: Any = importlib.import_module("ray.core.generated.node_manager_pb2_grpc")
-        node: Any = importlib.import_module("ray._private.worker").global_worker.node
-        channel = init_grpc_channel(f"{node.node_ip_address}:{node.node_manager_port}")
-        try:
-            request = messages.PrestartWorkersRequest(
-                language=common.PYTHON,
-                job_id=bytes.fromhex(ray.get_runtime_context().get_job_id()),
-                num_workers=count,
-                keep_alive_duration_secs=int(keep_alive_s),
-            )
-            services.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=5.0)
-        finally:
-            channel.close()
-    except Exception as exc:  # an internal API: a Ray that changed it only loses the head start
-        logger.debug("could not prestart %d Ray workers: %s", count, exc)
-        return False
-    logger.debug("asked the raylet to prestart %d Ray workers", count)
-    return True

@@ -16,8 +16,6 @@ from typing import Any
 
 from dlu_api.spec.models import JobSpec, RoleSpec
 from dlu_prime import naming
-from dlu_prime.roles import sub_master_path
-from dlu_prime.scheduler.gpu import ray_noset_visible_devices
 
 ISOLATION_AMOUNT = 0.001
 """How much of an isolation resource each actor (and the PrimeMaster) takes: tiny, so a node
@@ -224,11 +222,3 @@ def master_options(spec: JobSpec) -> dict[str, Any]:
         options["memory"] = master.memory
     options["resources"] = {master.isolation_resource: ISOLATION_AMOUNT} if master.isolation_resource else {}
     return options
-
-
-def plain_worker_demand(spec: JobSpec) -> int:
-    """How many Ray worker processes without a runtime env the job's actors take on start: its
-    PrimeMaster, each SubMaster, and every worker of a role whose actors need no env of their
-    own (a role with rank-based GPU selection gets one, and with it workers of its own)."""
-    demand = 1 + sum(1 for role in spec.roles if sub_master_path(role) is not None)
-    return demand + sum(role.total for role in spec.roles if not ray_noset_visible_devices(role))
