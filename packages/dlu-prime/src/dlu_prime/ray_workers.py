@@ -53,40 +53,41 @@ def ray_worker_script() -> str:
     return str(Path(found.origin).parent / "_private" / "workers" / "default_worker.py")
 
 
-# The job a worker starts for; nil for the workers a new Ray starts before any job (these run
-# Ray's script directly: a zygote for two workers would cost more than it saves).
+# The job a worker is started for. Ray's C++ core reads it once, when Ray is imported: the zygote
+# imports Ray with the nil job, as the workers a new Ray starts before any job have, and which
+# Ray itself hands to any job's actors.
 JOB_ENV = "RAY_JOB_ID"
 NIL_JOB = "ffffffff"
-IDLE_S = 30.0  # a Ray zygote serves one Ray session and job: it need not outlive them long
+IDLE_S = 30.0  # a Ray zygote serves one Ray session: it need not outlive it long
 
 
 def _environment_salt(environ: dict[str, str]) -> str:
-    """Ray's C++ core reads its RAY_* settings (the worker's job id among them) once, when the
-    zygote imports Ray: a zygote serves only workers started with the same settings."""
-    settings = sorted((k, v) for k, v in environ.items() if k.startswith("RAY_"))
+    """Ray's C++ core reads its other RAY_* settings once too (the raylet's pid among them): a
+    zygote serves only workers started with the same settings, i.e. those of one raylet."""
+    settings = sorted((k, v) for k, v in environ.items() if k.startswith("RAY_") and k != JOB_ENV)
     return hashlib.sha256(repr(settings).encode()).hexdigest()[:16]
 
 
 def main(argv: list[str]) -> None:
     """The raylet's worker script: run Ray's worker in a child of the Ray zygote; exits with it."""
     script = ray_worker_script()
+    environ = dict(os.environ)  # the worker's, from the raylet
     try:
         if not enabled():
             raise zygote.ZygoteError(f"{ENABLE_ENV} is off")
-        if os.environ.get(JOB_ENV, NIL_JOB) == NIL_JOB:
-            os.execv(sys.executable, [sys.executable, script, *argv])
-        path = zygote.ensure_started(PRELOAD, idle_s=IDLE_S, salt=_environment_salt(dict(os.environ)))
+        os.environ[JOB_ENV] = NIL_JOB  # what a zygote this process starts imports Ray with
+        path = zygote.ensure_started(PRELOAD, idle_s=IDLE_S, salt=_environment_salt(environ))
         entry_alive_r, _entry_alive_w = os.pipe()  # open while this process lives: the child dies with it
         child_alive_r, child_alive_w = os.pipe()  # this process learns when the child is gone
         pid, conn = zygote.fork(
             path,
             run_worker,
-            (script, argv, {**os.environ, ENTRY_ENV: str(os.getpid())}, os.getcwd()),
+            (script, argv, {**environ, ENTRY_ENV: str(os.getpid())}, os.getcwd()),
             [entry_alive_r, child_alive_w, 0, 1, 2],
         )
     except (zygote.ZygoteError, OSError) as exc:
         print(f"dlu: starting this Ray worker without the zygote: {exc}", file=sys.stderr, flush=True)
-        os.execv(sys.executable, [sys.executable, script, *argv])
+        os.execve(sys.executable, [sys.executable, script, *argv], environ)
     os.close(entry_alive_r)
     os.close(child_alive_w)
     for signum in (signal.SIGTERM, signal.SIGINT):
