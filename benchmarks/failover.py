@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from figures import compile_workspace, figure
-from reference import ROOT, reference_spec, status
+from reference import ROOT, reference_spec, status, wait
 
 # DESIGN section 9; the SubMaster tier has no budget there (reported, not judged).
 BUDGETS: dict[str, float | None] = {"in_place": 1.5, "role": 4.0, "sub_master": None, "master": 3.0}
@@ -38,15 +38,6 @@ def steps(job: str) -> dict[str, int]:
     if current is None:
         return {}
     return {a.name: a.step if a.step is not None else -1 for a in current.roles[0].actors if a.rank >= 0}
-
-
-def wait(what: str, check: Any, timeout_s: float = 300.0, every: float = 0.02) -> float:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return time.monotonic()
-        time.sleep(every)
-    raise SystemExit(f"timed out waiting for {what}")
 
 
 def training_again(job: str, events_before: int, kinds: set[str], beyond: int | None = None) -> float:

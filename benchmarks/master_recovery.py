@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from figures import compile_workspace, figure
-from reference import ROOT, reference_spec, status
+from reference import ROOT, reference_spec, status, wait
 
 BUDGET_S = 3.0
 RANKS = 4
@@ -59,15 +59,6 @@ def worker_restarts(current: Any) -> int:
     return sum(a.restart_count for a in role.actors) + role.inplace_restart_count
 
 
-def wait(what: str, check: Any, timeout_s: float = 300.0, every: float = 0.01) -> float:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return time.time()
-        time.sleep(every)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def master_pid(job: str) -> int:
     import ray
 
@@ -99,10 +90,12 @@ def kill_once(job: str, count: int) -> Kill:
         seen.append(current)
         return True
 
-    answered = wait("the PrimeMaster to answer", answers)
+    answered = wait("the PrimeMaster to answer", answers, every=0.01, clock=time.time)
     monitoring = wait(
         "the new PrimeMaster's first monitoring pass",
         lambda: (current := status(job)) is not None and len(rank_steps(current)) == RANKS,
+        every=0.01,
+        clock=time.time,
     )
     loaded = max(e.time for e in seen[0].events if e.kind == "master_restarted")
     new_pid = master_pid(job)

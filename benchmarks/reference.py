@@ -3,6 +3,7 @@ processes, CPU, gloo) and the status read they share."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +45,16 @@ def status(job: str) -> Any:
         return launcher.job_status(job)
     except Exception:
         return None
+
+
+def wait(
+    what: str, check: Any, timeout_s: float = 300.0, every: float = 0.02, clock: Any = time.monotonic
+) -> float:
+    """`clock()` when `check()` first holds, polling every `every` s; exits the benchmark if it
+    does not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return clock()
+        time.sleep(every)
+    raise SystemExit(f"timed out waiting for {what}")

@@ -29,7 +29,6 @@ import runpy
 import signal
 import socket
 import sys
-import threading
 from pathlib import Path
 
 from dlu_prime import zygote
@@ -138,25 +137,8 @@ def run_worker(
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(environ)
-    del child_alive_fd  # held open by this process until it exits
-    threading.Thread(
-        target=_die_with_entry, args=(entry_alive_fd,), name="dlu-entry-watch", daemon=True
-    ).start()
+    zygote.die_with_requester(entry_alive_fd, "dlu-entry-watch")
     sys.argv = [script, *argv]
     sys.path.insert(0, str(Path(script).parent))
     runpy.run_path(script, run_name="__main__")
     return 0
-
-
-def _die_with_entry(fd: int) -> None:
-    while True:
-        try:
-            if not os.read(fd, 1):
-                break
-        except InterruptedError:
-            continue
-        except OSError:
-            break
-    with contextlib.suppress(OSError):
-        os.killpg(0, signal.SIGKILL)
-    os._exit(1)

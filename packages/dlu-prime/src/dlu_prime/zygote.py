@@ -42,6 +42,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -294,6 +295,21 @@ def stop_all(directory: Path | None = None, timeout_s: float = 5.0) -> list[int]
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
     return stopped
+
+
+def die_with_requester(alive_fd: int, name: str = "dlu-requester-watch") -> None:
+    """In a forked child: SIGKILL the child's process group once the process that asked for it is
+    gone (EOF on a pipe only that process writes to). The child must lead its own group."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(alive_fd, 1):
+                pass
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name=name, daemon=True).start()
 
 
 # -- the zygote -----------------------------------------------------------------------------------

@@ -512,7 +512,7 @@ def _zygote_child(
     """Entry of a training process in the zygote's fork: become the actor's process, run."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # own group, for terminate()
-    _die_with_actor(alive_fd)
+    zygote.die_with_requester(alive_fd, "dlu-actor-watch")
     for fd, target in ((stdout_fd, 1), (stderr_fd, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -528,21 +528,6 @@ def _zygote_child(
     if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))  # the zygote imported torch without it
     return _child_main(payload, Connection(events_fd, readable=False))
-
-
-def _die_with_actor(alive_fd: int) -> None:
-    """SIGKILL to the process group once the actor that asked for it is gone (EOF on the pipe
-    only the actor writes to)."""
-
-    def watch() -> None:
-        with contextlib.suppress(OSError):
-            while os.read(alive_fd, 1):
-                pass
-        with contextlib.suppress(OSError):
-            os.killpg(os.getpid(), signal.SIGKILL)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="dlu-actor-watch", daemon=True).start()
 
 
 def _child_main(payload: _ChildPayload, conn: Connection) -> int:
