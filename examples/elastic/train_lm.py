@@ -6,7 +6,9 @@ does. It checkpoints every few steps and resumes from the last checkpoint after 
 and it is deterministic: two runs give the same final loss.
 
 Fault injection for tests and benchmarks: `--crash-at-step N` makes rank `--crash-rank` exit
-with an error once at step N (a marker file in the checkpoint directory keeps it to once).
+with an error once at step N (a marker file in the checkpoint directory keeps it to once);
+`--pid-dir D` appends "pid start-time" of every training process to `D/<actor>.pids`, so a
+fault injector can find (and signal) the process of a given rank.
 """
 
 from __future__ import annotations
@@ -99,6 +101,19 @@ def save(path: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) ->
     tmp.replace(path)
 
 
+def record_pid(directory: Path) -> None:
+    """Append this process's pid and start time (in clock ticks since boot: a reused pid has
+    another) to `<directory>/<actor>.pids`, named by DLU's actor (or RANK under torchrun)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    who = os.environ.get("DLU_ACTOR") or f"rank-{os.environ.get('RANK', '0')}"
+    try:
+        started = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = "0"
+    with open(directory / f"{who}.pids", "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()} {started}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
@@ -112,7 +127,14 @@ def main() -> None:
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--crash-rank", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--pid-dir",
+        default=os.environ.get("LM_PID_DIR"),
+        help="record this process's pid in <dir>/<actor>.pids (fault injection; default $LM_PID_DIR)",
+    )
     args = parser.parse_args()
+    if args.pid_dir:
+        record_pid(Path(args.pid_dir))
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
