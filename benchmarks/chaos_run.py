@@ -54,9 +54,12 @@ def run_reference(training: Training) -> str | None:
 class TrainingCampaign:
     """The planned faults on one run of the reference elastic job."""
 
-    def __init__(self, training: Training, cluster: Any = None) -> None:
+    def __init__(
+        self, training: Training, cluster: Any = None, recovery_timeout_s: float = RECOVERY_TIMEOUT_S
+    ) -> None:
         self.training = training
         self.cluster = cluster
+        self.recovery_timeout_s = recovery_timeout_s
         self.job = training.name
         self.watch = JobWatch(self.job, ROLE)
         self.outcome = Outcome(self.job)
@@ -111,10 +114,11 @@ class TrainingCampaign:
         self,
         injected: list[Injected],
         before: dict[str, int],
-        timeout_s: float = RECOVERY_TIMEOUT_S,
+        timeout_s: float | None = None,
         need_event: bool = True,
     ) -> Back:
         """Wait until training is back; stamp the faults just injected with it."""
+        timeout_s = timeout_s or self.recovery_timeout_s
         at = injected[0].at if injected else time.time()
         if need_event:
             back = back_to_training(
@@ -124,10 +128,16 @@ class TrainingCampaign:
             back = back_to_training(
                 self.watch, at, {}, self.training.ranks, 1, timeout_s, margin=0, need_event=False
             )
-        if back.at is None and not back.stopped:
-            self.outcome.notes.append(
-                f"not back to training within {timeout_s:.0f} s after {len(injected)} fault(s)"
+        what = ", ".join(f"{f.kind} on {f.culprit()}" for f in injected) or "the start"
+        if back.at is None:
+            seen = "; ".join(
+                f"{e.kind} {e.actor or ''}: {e.message[:120]}" for e in self.watch.events if e.time >= at
             )
+            why = "job stopped" if back.stopped else f"not back to training within {timeout_s:.0f} s"
+            self.outcome.notes.append(f"{why} after {what}; timeline since: {seen or 'nothing'}")
+            logger.warning("chaos: %s", self.outcome.notes[-1])
+        else:
+            logger.info("chaos: back to training %.1f s after %s", back.at - at, what)
         for index, fault in enumerate(injected):
             lost = back.lost_steps if index == len(injected) - 1 else 0
             self.outcome.injected.append(

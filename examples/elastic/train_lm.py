@@ -3,7 +3,8 @@
 An unmodified torchrun-style script: it reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
 from the environment, so `torchrun --nproc-per-node=2 train_lm.py` runs it as well as DLU
 does. It checkpoints every few steps and resumes from the last checkpoint after a restart,
-and it is deterministic: two runs give the same final loss.
+and it is deterministic: two runs give the same final loss, faults and resumes included
+(gradients and the loss are summed across ranks in rank order, see `ordered_mean`).
 
 Fault injection for tests and benchmarks: `--crash-at-step N` makes rank `--crash-rank` exit
 with an error once at step N (a marker file in the checkpoint directory keeps it to once);
@@ -95,6 +96,32 @@ def batches(
     return x, y
 
 
+def ordered_sum(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The ranks' gathered tensors summed in rank order."""
+    total = parts[0].clone()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+def ordered_mean(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects string annotations
+    """DDP communication hook (GradBucket -> Future[Tensor]): the mean of the ranks' gradients,
+    summed in rank order.
+
+    An allreduce sums in an order that depends on how the backend splits the buffer (and DDP
+    regroups its buckets after the first step of every run, resumed or not): with more than two
+    ranks, runs then differ in the last bits, and training amplifies that into another final
+    loss. Gathering and summing in rank order gives the same bits every time.
+    """
+    del state
+    buffer = bucket.buffer()
+    world = dist.get_world_size()
+    parts = [torch.empty_like(buffer) for _ in range(world)]
+    work = dist.all_gather(parts, buffer, async_op=True)
+    assert work is not None
+    return work.get_future().then(lambda _: ordered_sum(parts).div_(world))
+
+
 def save(path: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
@@ -146,6 +173,7 @@ def main() -> None:
     vocab = sorted(set(text))
     data = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
     model = DistributedDataParallel(CharLM(len(vocab)))
+    model.register_comm_hook(None, ordered_mean)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     ckpt_dir = Path(args.checkpoint_dir)
@@ -180,9 +208,9 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        reduced = loss.detach().clone()
-        dist.all_reduce(reduced)
-        loss_value = reduced.item() / world
+        losses = [torch.empty(1) for _ in range(world)]
+        dist.all_gather(losses, loss.detach().reshape(1))
+        loss_value = ordered_sum(losses).item() / world
         heartbeat(step + 1, loss_value)
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)
