@@ -17,9 +17,17 @@ from dataclasses import replace
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.extension import Extension, NodeInfo
-from dlu_prime.master.failover import FailoverPlan, Recovery, job_restart, plan_failover
+from dlu_prime.master.failover import (
+    FailoverPlan,
+    InPlaceDecision,
+    InPlaceVerdict,
+    Recovery,
+    job_restart,
+    judge_inplace,
+    plan_failover,
+)
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.monitor import Assessment, Failure, assess, track_steps, track_unavailable
+from dlu_prime.master.monitor import Assessment, Failure, assess, track_beats, track_steps, track_unavailable
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
     ActorRecord,
@@ -32,7 +40,7 @@ from dlu_prime.master.state import (
 )
 from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
-from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.placement import plan_placement
 from dlu_prime.state.base import (
     StateConflictError,
@@ -104,6 +112,11 @@ def resume_problem(spec: JobSpec, old: JobState | None) -> str | None:
     return None
 
 
+def _gone(seen: ActorObservation) -> bool:
+    """Dead, being rebuilt by Ray, or rebuilt and not set up yet: a fault to be handled."""
+    return seen.stage is None or (seen.reconstructed and seen.stage is ActorStage.INIT)
+
+
 def sub_masters(state: JobState) -> list[str]:
     return [n for n, a in state.actors.items() if a.rank == SUB_MASTER_RANK]
 
@@ -135,6 +148,7 @@ class PrimeManager:
         self._stop_request: str | None = None
         self._failed_request: str | None = None
         self._steps: dict[str, tuple[int, float]] = {}
+        self._beats: dict[str, tuple[int, float]] = {}
         self._unavailable: dict[str, float] = {}
         self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
@@ -527,8 +541,9 @@ class PrimeManager:
         observations = self.scheduler.poll(self._actor_names())
         now = self.clock()
         self._steps = track_steps(self._steps, observations, now)
+        self._beats = track_beats(self._beats, observations, now)
         self._unavailable = track_unavailable(self._unavailable, observations, now)
-        result = assess(self.state, observations, now, self._steps, self._unavailable)
+        result = assess(self.state, observations, now, self._steps, self._unavailable, self._beats)
         with self._lock:
             injected, self._injected = self._injected, []
         if injected:
@@ -645,9 +660,11 @@ class PrimeManager:
             self.save()
         return True
 
-    def _failover(self, recovery: Recovery) -> None:
+    def _failover(self, recovery: Recovery, escalated: bool = False) -> None:
         """Count, save, act, and clear the in-flight record on every path. A role or SubMaster
-        recovery that fails escalates to a job-level restart; a failed job restart stops the job."""
+        recovery that fails escalates to a job-level restart (`escalated`: the same fault's
+        recovery going on, recorded as such, not as another fault); a failed job restart stops
+        the job."""
         with self._lock:
             self._count(recovery)
             record = FailoverRecord(
@@ -656,14 +673,17 @@ class PrimeManager:
                 actors=list(recovery.actors),
                 reason=recovery.reason,
                 started_at=self.clock(),
+                culprit=recovery.culprit,
             )
             self.state.failover = record
             for name in recovery.actors:
                 self.state.actors[name].stage = ActorStage.INIT
             self.state.record(
-                "failover_started",
+                "failover_escalated" if escalated else "failover_started",
                 f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}",
                 role=recovery.role,
+                actor=recovery.culprit,
+                node_id=recovery.node_id,
                 tier=recovery.tier,
                 at=record.started_at,
             )
@@ -732,12 +752,12 @@ class PrimeManager:
         if record.tier is Tier.JOB or self.state.stage is not JobStage.RUNNING:
             self.finish(EXIT_FAILED, f"job-level failover failed: {error}; first failure: {record.reason}")
             return
-        first = Failure(record.actors[0], record.role or "", "failover_failed", error)
+        first = Failure(record.culprit or record.actors[0], record.role or "", "failover_failed", error)
         recoveries, stop = job_restart(self.state, first, [record.role] if record.role else [])
         if stop is not None:
             self.finish(EXIT_FAILED, stop)
             return
-        self._failover(recoveries[0])
+        self._failover(recoveries[0], escalated=True)
 
     def _restart_role(self, record: FailoverRecord) -> None:
         """Tier 2: through the role's SubMaster when it has one (it calls restart_actors back and
@@ -761,6 +781,7 @@ class PrimeManager:
         if self.state.stage is JobStage.RUNNING:
             self.transition(JobStage.INIT, f"job-level restart: {record.reason}")
         self._steps.clear()
+        self._beats.clear()
         self._replace(list(record.actors))
         self.scheduler.check_children(sub_masters(self.state))
         self.transition(JobStage.READY, "every actor restarted and passed its self check")
@@ -776,30 +797,52 @@ class PrimeManager:
                 record.errors_seen = 0
             self.save()
 
-    def note_inplace_restart(self, role: str, message: str) -> str | None:
-        """A SubMaster restarts its role's training in place (tier 1): counted here, so the count
-        survives the SubMaster. Returns None if allowed, else why not (and the job stops)."""
+    def note_inplace_restart(self, role: str, message: str, agent: str | None = None) -> InPlaceDecision:
+        """A SubMaster's rank `agent` failed its training process: a fault of its own (tier 1,
+        counted here so the count survives the SubMaster), the effect of a peer's fault being
+        handled (joined, not counted), or one over the role's limit (the job stops)."""
+        peers = [
+            n
+            for n, a in self.state.actors.items()
+            if a.role == role and a.rank != SUB_MASTER_RANK and n != agent
+        ]
+        dead = [n for n, seen in self.scheduler.poll(peers).items() if _gone(seen)] if peers else []
         with self._lock:
-            record = self.state.roles[role]
+            decision = judge_inplace(self.state, role, agent, message, dead)
+            record = self.state.actors.get(agent or "")
+            node = record.node_id if record is not None else None
+            count = self.state.roles[role].inplace_restart_count
             limit = self.state.spec.role(role).max_restart
-            if record.inplace_restart_count + 1 > limit:
-                reason = (
-                    f"role {role} reached max_restart={limit} restarting training in place; last: {message}"
+            if decision.verdict is InPlaceVerdict.RESTART:
+                self.state.roles[role].inplace_restart_count = count + 1
+                self.state.record(
+                    "inplace_restart",
+                    f"restart {count + 1}/{limit}: {message}",
+                    role=role,
+                    actor=agent,
+                    node_id=node,
+                    tier=Tier.IN_PLACE,
+                    at=self.clock(),
                 )
-                self.state.record("restart_limit", reason, role=role, tier=Tier.IN_PLACE, at=self.clock())
-                self.save()
-                self.request_stop_failed(reason)
-                return reason
-            record.inplace_restart_count += 1
-            self.state.record(
-                "inplace_restart",
-                f"restart {record.inplace_restart_count}/{limit}: {message}",
-                role=role,
-                tier=Tier.IN_PLACE,
-                at=self.clock(),
-            )
+            elif decision.verdict is InPlaceVerdict.JOIN:
+                self.state.record(
+                    "joined_recovery", decision.reason, role=role, actor=agent, node_id=node, at=self.clock()
+                )
+            else:
+                self.state.record(
+                    "restart_limit",
+                    decision.reason,
+                    role=role,
+                    actor=agent,
+                    tier=Tier.IN_PLACE,
+                    at=self.clock(),
+                )
             self.save()
-        return None
+        if decision.verdict is InPlaceVerdict.STOP:
+            self.request_stop_failed(decision.reason)
+        elif dead:
+            self.wake()  # the dead peer's failover starts at once
+        return decision
 
     def request_stop_failed(self, reason: str) -> None:
         """Stop the job as failed (a limit reached outside the monitoring thread)."""

@@ -87,6 +87,7 @@ class FailoverRecord(BaseModel):
     actors: list[str] = Field(default_factory=list[str])
     reason: str
     started_at: float
+    culprit: str | None = None
 
 
 class ChannelRecord(BaseModel):

@@ -35,6 +35,9 @@ class ActorObservation:
     reported_errors: tuple[str, ...] = field(default=())
     reconstructed: bool = False
     unavailable: bool = False  # Ray is restarting it: it will report itself when back
+    beats: int = 0  # beats sent so far: staleness is judged by when this count last moved
+    watched: bool = False  # it reports beats of its own: judge heartbeat staleness
+    steps_reported: bool = False  # it reports training steps: judge hangs
 
     @staticmethod
     def gone(error: str) -> ActorObservation:
@@ -54,6 +57,9 @@ class ActorObservation:
             step=int(status.get("step") or 0),
             reported_errors=tuple(e["message"] for e in status.get("errors") or ()),
             reconstructed=bool(status.get("reconstructed")),
+            beats=int(status.get("beats") or 0),
+            watched=bool(status.get("watched")),
+            steps_reported=bool(status.get("steps_reported")),
         )
 
 

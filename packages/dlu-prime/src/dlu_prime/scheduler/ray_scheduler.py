@@ -133,6 +133,7 @@ class RayScheduler(Scheduler):
             workdir=self.workdir,
             role_sizes={r.name: r.total for r in self.spec.roles},
             role_json=role.model_dump_json(),
+            health_json=self.spec.health.model_dump_json(),
         )
 
     def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
@@ -187,6 +188,7 @@ class RayScheduler(Scheduler):
             workdir=self.workdir,
             role_sizes={r.name: r.total for r in self.spec.roles},
             role_json=role.model_dump_json(),
+            health_json=self.spec.health.model_dump_json(),
         )
         isolation = self.spec.master.isolation_resource
         handle = (
