@@ -7,6 +7,7 @@ PrimeMaster failover during a recovery, deduplication, and the recovery policies
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,6 +20,7 @@ from dlu_prime.master.manager import EXIT_FAILED, EXIT_OK, PrimeManager
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import ActorStage, FailoverRecord, JobState, Tier
 from dlu_prime.naming import sub_master_name
+from dlu_prime.scheduler.base import ActorSetupError
 
 if TYPE_CHECKING:
     from conftest import FakeScheduler, ManagerFactory, RecordingStore, RoleFactory
@@ -411,3 +413,57 @@ def test_reports_outside_running_join_the_restart_under_way(make_manager: Manage
     decision = manager.note_inplace_restart("train", "exited 1", E0)  # INIT: not started yet
     assert decision.verdict is InPlaceVerdict.JOIN
     assert manager.state.roles["train"].inplace_restart_count == 0
+
+
+# transient is not fatal: an actor Ray rebuilt during the checks is checked again ------------------
+def _dies_under_check(times: int) -> Callable[[FakeScheduler], None]:
+    left = [times]
+
+    def hook(s: FakeScheduler) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise ActorSetupError(SUB, "ActorUnavailableError: the actor is restarting", transient=True)
+
+    return hook
+
+
+def test_sub_master_killed_during_the_node_check_is_checked_again(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role(max_restart=2)])
+    sched.on("check_children", _dies_under_check(1))
+    manager.prepare()
+    state = manager.state
+    assert state.stage is JobStage.READY
+    assert state.roles["train"].sub_master_restart_count == 1
+    assert [c.names for c in sched.calls_to("setup")][-1] == (SUB,)  # its new incarnation, set up
+    assert len(sched.calls_to("check_children")) == 2
+    (started,) = [e for e in state.events if e.kind == "failover_started"]
+    assert started.actor == SUB and started.tier == Tier.SUB_MASTER
+
+
+def test_an_actor_that_keeps_dying_in_the_checks_stops_the_job_at_its_limit(
+    make_manager: ManagerFactory,
+) -> None:
+    manager, sched = make_manager(roles=[elastic_role(max_restart=2)])
+    sched.on("check_children", _dies_under_check(10))
+    manager.run()
+    state = manager.state
+    assert state.stage is JobStage.STOPPED and state.exit_code == EXIT_FAILED
+    assert state.reason.startswith(
+        f"role train reached max_restart=2 restarting its SubMaster; culprit: {SUB}"
+    )
+    assert len(sched.calls_to("check_children")) == 3
+
+
+def test_a_check_that_fails_by_itself_is_not_retried(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+
+    def fails(s: FakeScheduler) -> None:
+        raise ActorSetupError(SUB, "RuntimeError: node check failed: node-1 faulty")
+
+    sched.on("check_children", fails)
+    manager.run()
+    assert manager.state.exit_code == EXIT_FAILED
+    assert (
+        manager.state.reason == f"{SUB} failed its self check: RuntimeError: node check failed: node-1 faulty"
+    )
+    assert len(sched.calls_to("check_children")) == 1

@@ -210,7 +210,9 @@ def test_job_ends_when_drivers_finish_and_stops_non_drivers(
     assert stop.stored_stage is JobStage.STOPPING
     assert sched.methods()[-2:] == ["stop", "cleanup"]
     assert [e.role for e in state.events if e.kind == "role_finished"] == ["trainer"]
-    assert {state.actors[n].stage for n in servers} == {ActorStage.RUNNING}
+    # Stopped by the job's end: the final status lists none of them RUNNING.
+    assert {state.actors[n].stage for n in servers} == {ActorStage.STOPPED}
+    assert state.actors["job.trainer.0"].stage is ActorStage.FINISH
     assert_stored_matches(store, manager)
 
 

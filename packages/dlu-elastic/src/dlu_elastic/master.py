@@ -182,7 +182,7 @@ class ElasticMaster(SubMaster):
                 return  # the round already moved on, or waits for a failover: being handled
             self.last_failure = report.error
             message = f"round {report.round}: {report.agent_id} exited {report.exit_code}: {_last_line(report.error)}"
-            decision = self._note_inplace_restart(message, report.agent_id)
+            decision = self._note_inplace_restart(message, report.agent_id, report.error)
             if decision.verdict is InPlaceVerdict.STOP:
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
                 return
@@ -193,13 +193,15 @@ class ElasticMaster(SubMaster):
             self.restarts += 1
             self.rendezvous.new_round()
 
-    def _note_inplace_restart(self, message: str, agent: str) -> InPlaceDecision:
+    def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
         import ray
 
         from dlu_prime.naming import NAMESPACE, master_name
 
         master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
-        decision: Any = ray.get(master.note_inplace_restart.remote(self.role, message, agent), timeout=30)
+        decision: Any = ray.get(
+            master.note_inplace_restart.remote(self.role, message, agent, error), timeout=30
+        )
         assert isinstance(decision, InPlaceDecision)
         return decision
 

@@ -113,8 +113,10 @@ class PrimeMaster:
     def wake(self) -> None:
         self.manager.wake()
 
-    def note_inplace_restart(self, role: str, message: str, agent: str | None = None) -> InPlaceDecision:
-        return self.manager.note_inplace_restart(role, message, agent)
+    def note_inplace_restart(
+        self, role: str, message: str, agent: str | None = None, error: str = ""
+    ) -> InPlaceDecision:
+        return self.manager.note_inplace_restart(role, message, agent, error)
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(

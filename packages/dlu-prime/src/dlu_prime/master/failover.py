@@ -230,7 +230,7 @@ class InPlaceDecision:
 
 
 def judge_inplace(
-    state: JobState, role: str, reporter: str | None, message: str, dead_peers: Sequence[str]
+    state: JobState, role: str, reporter: str | None, message: str, dead_peers: Sequence[str], error: str = ""
 ) -> InPlaceDecision:
     """Whether a failed training process is a fault of its own (tier 1) or the effect of one.
 
@@ -253,8 +253,29 @@ def judge_inplace(
         return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: its peer {', '.join(culprits)} died")
     limit = state.spec.role(role).max_restart
     if state.roles[role].inplace_restart_count + 1 > limit:
-        return InPlaceDecision(
-            InPlaceVerdict.STOP,
-            f"role {role} reached max_restart={limit} restarting training in place; culprit: {who}: {message}",
+        reason = (
+            f"role {role} reached max_restart={limit} restarting training in place; culprit: {who}: {message}"
         )
+        detail = error.strip()
+        return InPlaceDecision(InPlaceVerdict.STOP, f"{reason}\n{detail}" if "\n" in detail else reason)
     return InPlaceDecision(InPlaceVerdict.RESTART)
+
+
+def setup_retry(state: JobState, actor: str, error: str) -> tuple[Recovery | None, str | None]:
+    """An actor died during setup or the SubMasters' checks (Ray rebuilt it): a recovery that
+    runs the checks again on its new incarnation, counted on its role like any restart; or the
+    reason to stop when its role's budget is used up."""
+    record = state.actors[actor]
+    role = state.roles[record.role]
+    limit = state.spec.role(record.role).max_restart
+    sub = record.rank == SUB_MASTER_RANK
+    used = role.sub_master_restart_count if sub else role.restart_count
+    failure = Failure(actor, record.role, "died", error, record.node_id)
+    if used + 1 > limit:
+        what = "restarting its SubMaster" if sub else "setting up its actors"
+        return None, with_traceback(
+            f"role {record.role} reached max_restart={limit} {what}; culprit: {culprit(failure)}", failure
+        )
+    tier = Tier.SUB_MASTER if sub else Tier.ROLE
+    why = f"{culprit(failure)} (died during the checks before start; Ray rebuilt it: checked again)"
+    return Recovery(tier, (actor,), why, record.role, actor, record.node_id), None

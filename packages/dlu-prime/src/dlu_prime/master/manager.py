@@ -25,6 +25,7 @@ from dlu_prime.master.failover import (
     job_restart,
     judge_inplace,
     plan_failover,
+    setup_retry,
 )
 from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.master.monitor import Assessment, Failure, assess, track_beats, track_steps, track_unavailable
@@ -37,6 +38,7 @@ from dlu_prime.master.state import (
     JobState,
     RoleRecord,
     Tier,
+    close_actors,
 )
 from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
@@ -503,10 +505,12 @@ class PrimeManager:
             if self._stop_request is not None:
                 self.finish(EXIT_STOPPED, self._stop_request)
                 return
-            self.scheduler.setup(names)
-            self.scheduler.check_children(sub_masters(self.state))
+            self._check(names)
         except SchedulingError as exc:
             self.finish(EXIT_FAILED, f"cannot schedule the job: {exc}")
+            return
+        except RestartLimitError as exc:
+            self.finish(EXIT_FAILED, str(exc))
             return
         except ActorSetupError as exc:
             with self._lock:
@@ -520,6 +524,43 @@ class PrimeManager:
             for record in self.state.actors.values():
                 record.stage = ActorStage.READY
         self.transition(JobStage.READY, "every actor passed its self check")
+
+    def _check(self, names: list[str]) -> None:
+        """Self checks, then the SubMasters' checks (e.g. a node check). An actor that died
+        under them and that Ray rebuilt is checked again, counted on its role's budget.
+
+        Raises:
+            ActorSetupError: a check failed.
+            RestartLimitError: an actor kept dying and its role's budget is used up.
+        """
+        pending = names
+        while True:
+            try:
+                if pending:
+                    self.scheduler.setup(pending)
+                self.scheduler.check_children(sub_masters(self.state))
+                return
+            except ActorSetupError as exc:
+                if not exc.transient or exc.actor not in self.state.actors:
+                    raise
+                recovery, stop = setup_retry(self.state, exc.actor, exc.error)
+                if recovery is None:
+                    raise RestartLimitError(stop or exc.error) from None
+                self._note_setup_retry(recovery)
+                pending = [exc.actor]
+
+    def _note_setup_retry(self, recovery: Recovery) -> None:
+        with self._lock:
+            self._count(recovery)
+            now = self.clock()
+            role, actor, tier = recovery.role, recovery.culprit, recovery.tier
+            started = f"{tier.value} failover: {recovery.reason}"
+            self.state.record("failover_started", started, role=role, actor=actor, tier=tier, at=now)
+            done = f"{actor} set up again"
+            self.state.record(
+                "failover_done", done, role=role, actor=actor, tier=tier, duration_s=0.0, at=now
+            )
+            self.save()
 
     def start(self) -> None:
         """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
@@ -783,7 +824,7 @@ class PrimeManager:
         self._steps.clear()
         self._beats.clear()
         self._replace(list(record.actors))
-        self.scheduler.check_children(sub_masters(self.state))
+        self._check([])
         self.transition(JobStage.READY, "every actor restarted and passed its self check")
         self.start()
 
@@ -797,7 +838,9 @@ class PrimeManager:
                 record.errors_seen = 0
             self.save()
 
-    def note_inplace_restart(self, role: str, message: str, agent: str | None = None) -> InPlaceDecision:
+    def note_inplace_restart(
+        self, role: str, message: str, agent: str | None = None, error: str = ""
+    ) -> InPlaceDecision:
         """A SubMaster's rank `agent` failed its training process: a fault of its own (tier 1,
         counted here so the count survives the SubMaster), the effect of a peer's fault being
         handled (joined, not counted), or one over the role's limit (the job stops)."""
@@ -808,7 +851,7 @@ class PrimeManager:
         ]
         dead = [n for n, seen in self.scheduler.poll(peers).items() if _gone(seen)] if peers else []
         with self._lock:
-            decision = judge_inplace(self.state, role, agent, message, dead)
+            decision = judge_inplace(self.state, role, agent, message, dead, error)
             record = self.state.actors.get(agent or "")
             node = record.node_id if record is not None else None
             count = self.state.roles[role].inplace_restart_count
@@ -873,6 +916,8 @@ class PrimeManager:
                 logger.exception("job %s: %s failed", self.state.job, step)
                 with self._lock:
                     self.state.record(f"{step}_failed", f"{type(exc).__name__}: {exc}", at=self.clock())
+        with self._lock:
+            close_actors(self.state)
         self.transition(JobStage.STOPPED)
         self._retain()
 

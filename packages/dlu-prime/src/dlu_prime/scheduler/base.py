@@ -15,11 +15,16 @@ class SchedulingError(Exception):
 
 
 class ActorSetupError(Exception):
-    """An actor failed its self check (setup); carries the actor's name and the error."""
+    """An actor failed its self check (setup); carries the actor's name and the error.
 
-    def __init__(self, actor: str, error: str) -> None:
+    `transient`: the actor's process died during the call (Ray rebuilds it), so the check may be
+    run again on the new incarnation; otherwise the check itself failed.
+    """
+
+    def __init__(self, actor: str, error: str, transient: bool = False) -> None:
         self.actor = actor
         self.error = error
+        self.transient = transient
         super().__init__(f"{actor} failed its self check: {error}")
 
 
