@@ -139,6 +139,11 @@ class ElasticWorkerActor(WorkerActor):
             if importlib.util.find_spec(module) is None:
                 raise EntrypointError(f"training module {module!r} not found")
 
+    def status(self) -> dict[str, Any]:
+        """The actor's status, plus its current training process (debugging, fault injection)."""
+        process = getattr(self, "process", None)
+        return {**super().status(), "process_pid": process.pid if process is not None and process.alive else None}
+
     def rendezvous_address(self) -> tuple[str, int]:
         """Where a node-check pair led by this rank meets."""
         return self.host, free_port(self.host)
