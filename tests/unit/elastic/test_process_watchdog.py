@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlu_elastic.worker.watchdog import ProcessWatch
+from dlu_elastic.worker.watchdog import WAITING_GRACE, WAITING_STATES, ProcessWatch, process_state
 
 
 def test_a_process_that_never_beats_is_never_judged() -> None:
@@ -44,3 +44,38 @@ def test_a_long_healthy_run_is_never_judged() -> None:
         now += 1.0  # one step a second, half the heartbeat timeout
         watch.beat(step, now)
         assert watch.verdict(now + 0.99) is None
+
+
+def test_a_waiting_process_gets_a_grace_so_the_hung_peer_is_blamed_first() -> None:
+    """Both ranks went silent together: the stopped one is judged at the timeout, the one
+    blocked in its collective (sleeping) only after the grace."""
+    hung, blocked = ProcessWatch(2.0, None), ProcessWatch(2.0, None)
+    hung.beat(5, 10.0)
+    blocked.beat(5, 10.05)
+    at = 12.2
+    assert hung.suspect(at) and hung.verdict(at, waiting=False) is not None
+    assert blocked.suspect(at) and blocked.verdict(at, waiting=True) is None
+    assert blocked.verdict(10.05 + 2.0 * (1 + WAITING_GRACE) + 0.01, waiting=True) is not None
+
+
+def test_process_state_reads_the_kernel() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while process_state(child.pid) not in WAITING_STATES and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(child.pid) in WAITING_STATES
+        os.kill(child.pid, signal.SIGSTOP)
+        while process_state(child.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(child.pid) == "T"
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) is None

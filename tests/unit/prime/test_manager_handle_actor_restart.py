@@ -467,3 +467,21 @@ def test_a_check_that_fails_by_itself_is_not_retried(make_manager: ManagerFactor
         manager.state.reason == f"{SUB} failed its self check: RuntimeError: node check failed: node-1 faulty"
     )
     assert len(sched.calls_to("check_children")) == 1
+
+
+def test_setting_up_an_actor_still_being_rebuilt_is_the_same_fault(make_manager: ManagerFactory) -> None:
+    """Ray has not finished rebuilding the SubMaster when it is set up again: that setup fails
+    too, but it is the same death, counted once."""
+    manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
+    sched.on("check_children", _dies_under_check(1))
+    setups = [0]
+
+    def still_rebuilding(s: FakeScheduler) -> None:
+        setups[0] += 1
+        if setups[0] in (2, 3):  # the first two setups of the new incarnation
+            raise ActorSetupError(SUB, "ActorUnavailableError: restarting", transient=True)
+
+    sched.on("setup", still_rebuilding)
+    manager.prepare()
+    assert manager.state.stage is JobStage.READY
+    assert manager.state.roles["train"].sub_master_restart_count == 1

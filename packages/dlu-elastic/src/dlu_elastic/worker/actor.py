@@ -27,7 +27,7 @@ from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_S
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.worker import store
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
-from dlu_elastic.worker.watchdog import ProcessWatch
+from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
 from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor
@@ -142,7 +142,10 @@ class ElasticWorkerActor(WorkerActor):
     def status(self) -> dict[str, Any]:
         """The actor's status, plus its current training process (debugging, fault injection)."""
         process = getattr(self, "process", None)
-        return {**super().status(), "process_pid": process.pid if process is not None and process.alive else None}
+        return {
+            **super().status(),
+            "process_pid": process.pid if process is not None and process.alive else None,
+        }
 
     def rendezvous_address(self) -> tuple[str, int]:
         """Where a node-check pair led by this rank meets."""
@@ -388,7 +391,9 @@ class ElasticWorkerActor(WorkerActor):
                 elif event.kind is EventKind.ERROR_REPORT and event.message:
                     self.health.report(event.message)
             code = process.poll()
-            hung = watch.verdict(now) if code is None else None
+            hung = None
+            if code is None and watch.suspect(now):
+                hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
             if hung is not None:
                 logger.warning("%s: %s; killing it", self.info.actor_name, hung)
                 process.terminate(0.5)

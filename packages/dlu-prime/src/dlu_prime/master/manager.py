@@ -534,19 +534,29 @@ class PrimeManager:
             RestartLimitError: an actor kept dying and its role's budget is used up.
         """
         pending = names
+        rebuilding: tuple[str, float] | None = None  # an actor Ray is rebuilding, since when
         while True:
+            set_up = False
             try:
                 if pending:
                     self.scheduler.setup(pending)
+                set_up = True
                 self.scheduler.check_children(sub_masters(self.state))
                 return
             except ActorSetupError as exc:
                 if not exc.transient or exc.actor not in self.state.actors:
                     raise
+                now = self.clock()
+                if rebuilding is not None and rebuilding[0] == exc.actor and not set_up:
+                    # Its new incarnation is not up yet: the same fault, not another one.
+                    if now - rebuilding[1] <= self.state.spec.health.heartbeat_timeout_s:
+                        time.sleep(0.2)
+                        continue
                 recovery, stop = setup_retry(self.state, exc.actor, exc.error)
                 if recovery is None:
                     raise RestartLimitError(stop or exc.error) from None
                 self._note_setup_retry(recovery)
+                rebuilding = (exc.actor, now)
                 pending = [exc.actor]
 
     def _note_setup_retry(self, recovery: Recovery) -> None:
