@@ -547,11 +547,11 @@ class PrimeManager:
                 if not exc.transient or exc.actor not in self.state.actors:
                     raise
                 now = self.clock()
-                if rebuilding is not None and rebuilding[0] == exc.actor and not set_up:
-                    # Its new incarnation is not up yet: the same fault, not another one.
-                    if now - rebuilding[1] <= self.state.spec.health.heartbeat_timeout_s:
-                        time.sleep(0.2)
-                        continue
+                # Its new incarnation is not up yet: the same fault, not another one.
+                same = rebuilding is not None and rebuilding[0] == exc.actor and not set_up
+                if same and rebuilding and now - rebuilding[1] <= self.state.spec.health.heartbeat_timeout_s:
+                    time.sleep(0.2)
+                    continue
                 recovery, stop = setup_retry(self.state, exc.actor, exc.error)
                 if recovery is None:
                     raise RestartLimitError(stop or exc.error) from None
