@@ -21,45 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lm_jobs import lm_job
 
-from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStatus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
 
 HERE = Path(__file__).parent
-LM = HERE.parents[1] / "examples" / "elastic" / "train_lm.py"
 RECOVERIES = frozenset({"inplace_restart", "failover_started", "master_restarted", "node_relaunch"})
-
-
-def lm_job(name: str, ckpt: Path, *, steps: int = 60, step_s: float = 0.2, **fields: Any) -> Any:
-    role = fields.pop("role", {})
-    elastic = {
-        "nnodes": 2,
-        "nproc_per_node": 1,
-        "node_check": {"enabled": False},
-        **fields.pop("elastic", {}),
-    }
-    return spec_from_dict(
-        {
-            "name": name,
-            "device_type": "CPU",
-            "device_per_node": 0,
-            "node_num": 2,
-            "health": {"monitor_interval_s": 0.2},
-            "roles": [
-                {
-                    "name": "trainer",
-                    "kind": "elastic",
-                    "entrypoint": f"{LM} --steps {steps} --step-seconds {step_s} --checkpoint-dir {ckpt}",
-                    "resources": {"cpu": 0.25},
-                    "elastic": elastic,
-                    **role,
-                }
-            ],
-            **fields,
-        }
-    )
 
 
 def status_of(name: str) -> JobStatus | None:
