@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lm_jobs import lm_job
 
 from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStatus
@@ -24,33 +25,6 @@ from dlu_api.status import JobStatus
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
-LM = ROOT / "examples" / "elastic" / "train_lm.py"
-STEPS = 60
-
-
-def lm_job(name: str, ckpt: Path, *, extra_args: str = "", step_s: float = 0.2, **role: Any) -> Any:
-    """The reference LM on 2 nodes x 1 process (CPU, gloo), checkpoint every 5 steps. `step_s`
-    paces the steps (it does not change the losses) so faults land while training runs."""
-    return spec_from_dict(
-        {
-            "name": name,
-            "device_type": "CPU",
-            "device_per_node": 0,
-            "node_num": 2,
-            "health": {"monitor_interval_s": 0.2},
-            "roles": [
-                {
-                    "name": "trainer",
-                    "kind": "elastic",
-                    "entrypoint": f"{LM} --steps {STEPS} --step-seconds {step_s} --checkpoint-dir {ckpt} {extra_args}",
-                    "resources": {"cpu": 0.25},
-                    "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}},
-                    **role,
-                }
-            ],
-        }
-    )
 
 
 def status_of(name: str) -> JobStatus | None:
@@ -248,7 +222,7 @@ def test_manager_failover_primemaster_killed_during_a_role_failover(clean_loss: 
     from dlu_prime import launcher
 
     # A slow actor setup keeps the failover in flight long enough to kill the PrimeMaster in it.
-    spec = lm_job("fo-overlap", tmp_path, env={"DLU_FAULT_SETUP_DELAY_S": "3"})
+    spec = lm_job("fo-overlap", tmp_path, role={"env": {"DLU_FAULT_SETUP_DELAY_S": "3"}})
     launcher.submit_job(spec, str(HERE))
     wait_until("step 8", lambda: step_of(spec.name, "fo-overlap.trainer.0") >= 8)
     kill_actor("fo-overlap.trainer.1")

@@ -31,6 +31,12 @@ def forever() -> None:
         heartbeat(step)
 
 
+def silent_service() -> None:
+    """A service that works without ever calling heartbeat(): judged by its poll answers only."""
+    while True:
+        time.sleep(0.5)
+
+
 def record_env() -> None:
     """Write what the GPU table decides (env and torch-style devices) to a file per actor."""
     worker = current_worker()

@@ -105,6 +105,14 @@ class FakeActor:
     reported_errors: tuple[str, ...] = ()
     reconstructed: bool = False
     unavailable: bool = False
+    beats: int = 0
+    watched: bool = False
+    steps_reported: bool = False
+
+    def beat(self, now: float) -> None:
+        self.last_heartbeat = now
+        self.beats += 1
+        self.watched = True
 
     def observe(self) -> ActorObservation:
         if self.unavailable:
@@ -119,6 +127,9 @@ class FakeActor:
             step=self.step,
             reported_errors=self.reported_errors,
             reconstructed=self.reconstructed,
+            beats=self.beats,
+            watched=self.watched,
+            steps_reported=self.steps_reported or self.step > 0,
         )
 
 
@@ -253,7 +264,7 @@ class FakeScheduler(Scheduler):
             if actor.stage is ActorStage.READY:
                 actor.stage = ActorStage.RUNNING
                 if self.heartbeats:
-                    actor.last_heartbeat = self.clock()
+                    actor.beat(self.clock())
 
     def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
         self.polls += 1
@@ -266,7 +277,7 @@ class FakeScheduler(Scheduler):
         if self.heartbeats:
             for actor in self.actors.values():
                 if actor.stage is ActorStage.RUNNING:
-                    actor.last_heartbeat = self.clock()
+                    actor.beat(self.clock())
         return {name: self.actors[name].observe() for name in names}
 
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:

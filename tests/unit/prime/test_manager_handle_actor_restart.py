@@ -7,6 +7,7 @@ PrimeMaster failover during a recovery, deduplication, and the recovery policies
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,11 +15,12 @@ from failover_helpers import elastic_role, running
 
 from dlu_api.status import JobStage
 from dlu_prime.extension import Extension, NodeInfo
-from dlu_prime.master.failover import plan_failover
+from dlu_prime.master.failover import InPlaceVerdict, plan_failover
 from dlu_prime.master.manager import EXIT_FAILED, EXIT_OK, PrimeManager
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import ActorStage, FailoverRecord, JobState, Tier
 from dlu_prime.naming import sub_master_name
+from dlu_prime.scheduler.base import ActorSetupError
 
 if TYPE_CHECKING:
     from conftest import FakeScheduler, ManagerFactory, RecordingStore, RoleFactory
@@ -236,7 +238,7 @@ def test_a_failed_role_recovery_escalates_to_a_job_restart(make_manager: Manager
     assert [e.kind for e in state.events if e.kind.startswith("failover_")] == [
         "failover_started",
         "failover_failed",
-        "failover_started",
+        "failover_escalated",  # the same fault's recovery, not another one
         "failover_done",
     ]
     assert state.job_restart_count == 1 and state.failover is None and state.stage is JobStage.RUNNING
@@ -305,9 +307,11 @@ def test_node_max_restart_stops_the_job_naming_the_node(make_manager: ManagerFac
 def test_in_place_restart_limit_stops_the_job(make_manager: ManagerFactory) -> None:
     manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
     running(manager, sched)
-    assert manager.note_inplace_restart("train", "rank 1 exited 1") is None
-    refused = manager.note_inplace_restart("train", "rank 0 exited 1")
-    assert refused is not None and "max_restart=1" in refused
+    first = manager.note_inplace_restart("train", "rank 1 exited 1", E1)
+    assert first.verdict is InPlaceVerdict.RESTART
+    refused = manager.note_inplace_restart("train", "rank 0 exited 1", E0)
+    assert refused.verdict is InPlaceVerdict.STOP and "max_restart=1" in refused.reason
+    assert f"culprit: {E0}" in refused.reason
     manager.monitor_once()
     assert manager.state.exit_code == EXIT_FAILED and "max_restart=1" in manager.state.reason
     assert manager.state.roles["train"].inplace_restart_count == 1
@@ -356,3 +360,128 @@ def test_a_recovered_job_finishes_normally(make_manager: ManagerFactory) -> None
     manager.run()
     assert manager.state.exit_code == EXIT_OK
     assert manager.state.roles["train"].restart_count == 1
+
+
+# one fault, one recovery: a peer's failed collective joins the fault being handled ----------------
+def test_in_place_restart_is_counted_once_on_the_reporting_rank(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    decision = manager.note_inplace_restart("train", "round 1: job.train.1 exited 1: ValueError: boom", E1)
+    assert decision.verdict is InPlaceVerdict.RESTART
+    assert manager.state.roles["train"].inplace_restart_count == 1
+    (event,) = [e for e in manager.state.events if e.kind == "inplace_restart"]
+    assert event.actor == E1 and event.tier == Tier.IN_PLACE and event.node_id == "node-1"
+
+
+def test_a_peer_error_after_a_rank_actor_died_joins_that_fault(make_manager: ManagerFactory) -> None:
+    """The killed rank's actor is the culprit: the healthy rank whose collective failed is not
+    counted, and the death is recovered (and counted) once, at the role tier, blamed on it."""
+    manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
+    running(manager, sched)
+    sched.set(E1, {"stage": None, "error": "actor died: SIGKILL"})
+    decision = manager.note_inplace_restart("train", "job.train.0 exited 1: Connection closed by peer", E0)
+    assert decision.verdict is InPlaceVerdict.JOIN and E1 in decision.reason
+    assert manager.state.roles["train"].inplace_restart_count == 0
+    (joined,) = [e for e in manager.state.events if e.kind == "joined_recovery"]
+    assert joined.actor == E0
+    manager.monitor_once()
+    state = manager.state
+    assert state.roles["train"].restart_count == 1 and state.roles["train"].inplace_restart_count == 0
+    (started,) = [e for e in state.events if e.kind == "failover_started"]
+    assert started.actor == E1 and started.tier == Tier.ROLE and started.node_id == "node-1"
+    assert state.stage is JobStage.RUNNING  # max_restart=1 is not exceeded by one fault
+
+
+def test_reports_while_a_failover_of_the_role_is_in_flight_join_it(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    joined: list[InPlaceVerdict] = []
+
+    def peer_reports(s: FakeScheduler) -> None:  # the SubMaster's failover makes the peers fail
+        joined.append(manager.note_inplace_restart("train", "job.train.0 exited 1: gloo", E0).verdict)
+
+    sched.on("call", peer_reports)
+    sched.set(E1, {"stage": ActorStage.INIT, "reconstructed": True})
+    manager.monitor_once()
+    assert joined == [InPlaceVerdict.JOIN]
+    assert manager.state.roles["train"].inplace_restart_count == 0
+    assert manager.state.roles["train"].restart_count == 1
+
+
+def test_reports_outside_running_join_the_restart_under_way(make_manager: ManagerFactory) -> None:
+    manager, _ = make_manager(roles=[elastic_role()])
+    decision = manager.note_inplace_restart("train", "exited 1", E0)  # INIT: not started yet
+    assert decision.verdict is InPlaceVerdict.JOIN
+    assert manager.state.roles["train"].inplace_restart_count == 0
+
+
+# transient is not fatal: an actor Ray rebuilt during the checks is checked again ------------------
+def _dies_under_check(times: int) -> Callable[[FakeScheduler], None]:
+    left = [times]
+
+    def hook(s: FakeScheduler) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise ActorSetupError(SUB, "ActorUnavailableError: the actor is restarting", transient=True)
+
+    return hook
+
+
+def test_sub_master_killed_during_the_node_check_is_checked_again(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role(max_restart=2)])
+    sched.on("check_children", _dies_under_check(1))
+    manager.prepare()
+    state = manager.state
+    assert state.stage is JobStage.READY
+    assert state.roles["train"].sub_master_restart_count == 1
+    assert [c.names for c in sched.calls_to("setup")][-1] == (SUB,)  # its new incarnation, set up
+    assert len(sched.calls_to("check_children")) == 2
+    (started,) = [e for e in state.events if e.kind == "failover_started"]
+    assert started.actor == SUB and started.tier == Tier.SUB_MASTER
+
+
+def test_an_actor_that_keeps_dying_in_the_checks_stops_the_job_at_its_limit(
+    make_manager: ManagerFactory,
+) -> None:
+    manager, sched = make_manager(roles=[elastic_role(max_restart=2)])
+    sched.on("check_children", _dies_under_check(10))
+    manager.run()
+    state = manager.state
+    assert state.stage is JobStage.STOPPED and state.exit_code == EXIT_FAILED
+    assert state.reason.startswith(
+        f"role train reached max_restart=2 restarting its SubMaster; culprit: {SUB}"
+    )
+    assert len(sched.calls_to("check_children")) == 3
+
+
+def test_a_check_that_fails_by_itself_is_not_retried(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+
+    def fails(s: FakeScheduler) -> None:
+        raise ActorSetupError(SUB, "RuntimeError: node check failed: node-1 faulty")
+
+    sched.on("check_children", fails)
+    manager.run()
+    assert manager.state.exit_code == EXIT_FAILED
+    assert (
+        manager.state.reason == f"{SUB} failed its self check: RuntimeError: node check failed: node-1 faulty"
+    )
+    assert len(sched.calls_to("check_children")) == 1
+
+
+def test_setting_up_an_actor_still_being_rebuilt_is_the_same_fault(make_manager: ManagerFactory) -> None:
+    """Ray has not finished rebuilding the SubMaster when it is set up again: that setup fails
+    too, but it is the same death, counted once."""
+    manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
+    sched.on("check_children", _dies_under_check(1))
+    setups = [0]
+
+    def still_rebuilding(s: FakeScheduler) -> None:
+        setups[0] += 1
+        if setups[0] in (2, 3):  # the first two setups of the new incarnation
+            raise ActorSetupError(SUB, "ActorUnavailableError: restarting", transient=True)
+
+    sched.on("setup", still_rebuilding)
+    manager.prepare()
+    assert manager.state.stage is JobStage.READY
+    assert manager.state.roles["train"].sub_master_restart_count == 1

@@ -210,7 +210,9 @@ def test_job_ends_when_drivers_finish_and_stops_non_drivers(
     assert stop.stored_stage is JobStage.STOPPING
     assert sched.methods()[-2:] == ["stop", "cleanup"]
     assert [e.role for e in state.events if e.kind == "role_finished"] == ["trainer"]
-    assert {state.actors[n].stage for n in servers} == {ActorStage.RUNNING}
+    # Stopped by the job's end: the final status lists none of them RUNNING.
+    assert {state.actors[n].stage for n in servers} == {ActorStage.STOPPED}
+    assert state.actors["job.trainer.0"].stage is ActorStage.FINISH
     assert_stored_matches(store, manager)
 
 
@@ -311,11 +313,14 @@ def test_stale_heartbeat_ends_the_job(
     make_manager: ManagerFactory, store: RecordingStore, fake_clock: FakeClock
 ) -> None:
     manager, sched = make_manager(health={"heartbeat_timeout_s": 60}, limits={"global_restart_budget": 0})
-    sched.on("start", lambda s: s.set("*", {"last_heartbeat": fake_clock()}))  # one beat, then silence
+    one_beat = {"last_heartbeat": fake_clock(), "beats": 1, "watched": True}
+    sched.on("start", lambda s: s.set("*", one_beat))  # one beat, then silence
     sched.tick = 30.0
     manager.run()
 
-    assert sched.polls == 3  # 30 s and 60 s are within the timeout, 90 s is not
+    # The PrimeMaster's own clock: the beat is first seen at the first poll (+30 s); 60 s after
+    # it is within the timeout, 90 s is not.
+    assert sched.polls == 4
     reason = assert_failed_and_cleaned(manager, sched, store)
     assert reason.startswith(
         f"global_restart_budget=0 used up (0 job-level restarts); culprit: {T0} on node node-0 (heartbeat_timeout): no heartbeat for 90s (timeout 60s)"

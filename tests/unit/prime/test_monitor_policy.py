@@ -14,8 +14,8 @@ import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_prime.master.manager import new_state
-from dlu_prime.master.monitor import Failure, assess, failure_reason, track_steps
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState
+from dlu_prime.master.monitor import Failure, assess, failure_reason, track_beats, track_steps
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 NOW = 10_000.0
@@ -56,7 +56,14 @@ def make_state(*, drivers: tuple[str, ...] = ("trainer",), hang: float | None = 
 
 def obs(stage: ActorStage | None = ActorStage.RUNNING, **fields: Any) -> ActorObservation:
     """A healthy observation (fresh heartbeat) unless told otherwise."""
-    values: dict[str, Any] = {"last_heartbeat": NOW - 1.0, "step": 7, **fields}
+    values: dict[str, Any] = {
+        "last_heartbeat": NOW - 1.0,
+        "step": 7,
+        "beats": 3,
+        "watched": True,
+        "steps_reported": True,
+        **fields,
+    }
     if stage is None:
         return ActorObservation(stage=None, error=values.get("error"))
     return ActorObservation(stage=stage, **values)
@@ -76,6 +83,7 @@ class Case:
     """(actor, kind) of every failure, in order."""
     stage_changes: Mapping[str, ActorStage] = field(default_factory=dict[str, ActorStage])
     steps_seen: Mapping[str, tuple[int, float]] | None = None
+    beats_seen: Mapping[str, tuple[int, float]] | None = None
     hang: float | None = HANG_TIMEOUT
     message_has: str = ""
 
@@ -127,16 +135,29 @@ CASES = [
     ),
     Case(
         "stale-heartbeat",
-        {T0: obs(last_heartbeat=NOW - HEARTBEAT_TIMEOUT - 1)},
+        {},
+        beats_seen={T0: (3, NOW - HEARTBEAT_TIMEOUT - 1), T1: (3, NOW - 1)},
         failures=((T0, "heartbeat_timeout"),),
         message_has="no heartbeat for 61s (timeout 60s)",
     ),
-    Case("heartbeat-exactly-at-timeout", {T0: obs(last_heartbeat=NOW - HEARTBEAT_TIMEOUT)}),
-    Case("no-heartbeat-yet", {T0: obs(last_heartbeat=None)}),
+    Case("heartbeat-exactly-at-timeout", {}, beats_seen={T0: (3, NOW - HEARTBEAT_TIMEOUT)}),
+    Case("no-heartbeat-yet", {}, beats_seen={}),
     Case(
         "stale-heartbeat-ignored-unless-running",
-        {T0: obs(ActorStage.READY, last_heartbeat=NOW - 1_000)},
+        {T0: obs(ActorStage.READY)},
+        beats_seen={T0: (3, NOW - 1_000)},
         stage_changes={T0: ActorStage.READY},
+    ),
+    Case(
+        "unwatched-actor-never-stale",
+        {T0: obs(watched=False, last_heartbeat=NOW - 1_000)},
+        beats_seen={T0: (3, NOW - 1_000)},
+        steps_seen={T0: (7, NOW - 1_000)},
+    ),
+    Case(
+        "remote-timestamp-not-trusted",
+        {T0: obs(last_heartbeat=NOW - 1_000)},
+        beats_seen={T0: (3, NOW - 1)},
     ),
     Case(
         "hang",
@@ -148,6 +169,7 @@ CASES = [
     Case("hang-exactly-at-timeout", {}, steps_seen={T0: (7, NOW - HANG_TIMEOUT)}),
     Case("hang-detection-off", {}, steps_seen={T0: (7, NOW - 1_000)}, hang=None),
     Case("hang-needs-steps-seen", {}, steps_seen=None),
+    Case("hang-needs-steps-reported", {T0: obs(steps_reported=False)}, steps_seen={T0: (7, NOW - 1_000)}),
     Case(
         "hang-ignored-unless-running",
         {T0: obs(ActorStage.FINISH)},
@@ -156,7 +178,8 @@ CASES = [
     ),
     Case(
         "stale-heartbeat-wins-over-hang",
-        {T0: obs(last_heartbeat=NOW - 100)},
+        {},
+        beats_seen={T0: (3, NOW - 100)},
         steps_seen={T0: (7, NOW - 100)},
         failures=((T0, "heartbeat_timeout"),),
     ),
@@ -179,7 +202,7 @@ def test_assess_failure_kinds(case: Case) -> None:
             del observations[name]
         else:
             observations[name] = seen
-    result = assess(state, observations, NOW, case.steps_seen)
+    result = assess(state, observations, NOW, case.steps_seen, beats_seen=case.beats_seen)
     assert [(f.actor, f.kind) for f in result.failures] == list(case.failures)
     assert result.stage_changes == dict(case.stage_changes)
     for failure in result.failures:
@@ -187,6 +210,31 @@ def test_assess_failure_kinds(case: Case) -> None:
     if case.message_has:
         assert case.message_has in result.failures[0].message
     assert not result.all_drivers_finished
+
+
+def test_sub_master_judged_by_its_beats_never_by_steps() -> None:
+    """A SubMaster trains nothing: a stale serving loop is a failure, a step that never moves is not."""
+    state = make_state()
+    sub = "job.trainer.master"
+    state.actors[sub] = ActorRecord(name=sub, role="trainer", rank=SUB_MASTER_RANK, stage=ActorStage.RUNNING)
+    observations = healthy(state)
+    observations[sub] = obs(step=0)
+    quiet = assess(state, observations, NOW, {sub: (0, NOW - 1_000)}, beats_seen={sub: (9, NOW - 1)})
+    assert quiet.failures == ()
+    stale = assess(state, observations, NOW, {sub: (0, NOW - 1_000)}, beats_seen={sub: (9, NOW - 61)})
+    assert [(f.actor, f.kind) for f in stale.failures] == [(sub, "heartbeat_timeout")]
+
+
+def test_track_beats_uses_its_own_clock_and_forgets_pauses() -> None:
+    seen = {T0: obs(beats=4), T1: obs(beats=2)}
+    first = track_beats({}, seen, NOW)
+    assert first == {T0: (4, NOW), T1: (2, NOW)}
+    later = track_beats(first, {T0: obs(beats=4), T1: obs(beats=3)}, NOW + 5)
+    assert later == {T0: (4, NOW), T1: (3, NOW + 5)}  # T0 did not move: its time stays
+    paused = track_beats(later, {T0: obs(beats=4, watched=False), T1: obs(ActorStage.FINISH)}, NOW + 9)
+    assert paused == {}
+    again = track_beats(paused, {T0: obs(beats=4)}, NOW + 20)
+    assert again == {T0: (4, NOW + 20)}  # back from a pause: judged from when it came back
 
 
 def test_assess_failure_message_and_node() -> None:

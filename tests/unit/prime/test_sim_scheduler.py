@@ -9,7 +9,7 @@ from dlu_api.spec import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import PrimeManager, new_state
-from dlu_prime.master.monitor import assess, track_steps
+from dlu_prime.master.monitor import assess, track_beats, track_steps
 from dlu_prime.master.state import ActorStage
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler, node_of
@@ -71,7 +71,9 @@ def test_healthy_passes_change_nothing_and_a_killed_actor_is_seen_dead() -> None
 def test_a_stale_heartbeat_is_a_timeout() -> None:
     manager, sim, clock = running(8)
     sim.beat()
+    names = list(manager.state.actors)
+    beats = track_beats({}, sim.poll(names), clock.now)
     clock.now += 31.0  # no beat since: every actor is past the 30 s timeout
-    result = assess(manager.state, sim.poll(list(manager.state.actors)), clock.now)
+    result = assess(manager.state, sim.poll(names), clock.now, beats_seen=beats)
     assert {f.kind for f in result.failures} == {"heartbeat_timeout"}
     assert len(result.failures) == 8

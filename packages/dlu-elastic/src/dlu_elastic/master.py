@@ -27,6 +27,7 @@ from dlu_elastic.node_check.plan import (
 )
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
 from dlu_elastic.rendezvous.state import Rendezvous
+from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict
 from dlu_prime.worker.submaster import SubMaster
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class ElasticMaster(SubMaster):
         self._lock = threading.Lock()
         self.restarts = 0
         self.stopping = False
+        self._joined_round = -1  # a round whose failure joined a failover in flight
         self.last_failure = ""
         servicer = ElasticServicer(
             self.rendezvous, on_heartbeat=self._on_heartbeat, on_failure=self._on_failure
@@ -172,27 +174,39 @@ class ElasticMaster(SubMaster):
 
     def _on_failure(self, report: pb.FailureReport) -> None:
         """A training process failed: restart every rank in place (tier 1), once per round
-        (dedup). The PrimeMaster counts it, so the count survives a restart of this master."""
+        (dedup). The PrimeMaster judges and counts it (so the count survives a restart of this
+        master): a rank whose collective failed because a peer's actor died joins that peer's
+        failover, which opens the next round itself."""
         with self._lock:
-            if report.round != self.rendezvous.round or self.stopping:
-                return  # the round already moved on: this failure is being handled
+            if report.round != self.rendezvous.round or self.stopping or report.round == self._joined_round:
+                return  # the round already moved on, or waits for a failover: being handled
             self.last_failure = report.error
             message = f"round {report.round}: {report.agent_id} exited {report.exit_code}: {_last_line(report.error)}"
-            refused = self._note_inplace_restart(message)
-            if refused is not None:
+            decision = self._note_inplace_restart(message, report.agent_id, report.error)
+            if decision.verdict is InPlaceVerdict.STOP:
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
+                return
+            if decision.verdict is InPlaceVerdict.JOIN:
+                self._joined_round = report.round
+                logger.info("role %s: %s", self.role, decision.reason)
                 return
             self.restarts += 1
             self.rendezvous.new_round()
 
-    def _note_inplace_restart(self, message: str) -> str | None:
+    def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
         import ray
 
         from dlu_prime.naming import NAMESPACE, master_name
 
         master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
-        refused: Any = ray.get(master.note_inplace_restart.remote(self.role, message), timeout=30)
-        return str(refused) if refused is not None else None
+        decision: Any = ray.get(
+            master.note_inplace_restart.remote(self.role, message, agent, error), timeout=30
+        )
+        assert isinstance(decision, InPlaceDecision)
+        return decision
+
+    def serving(self) -> bool:
+        return self.server.serving
 
     def stop(self) -> None:
         self.server.stop(1.0)

@@ -24,6 +24,7 @@ from dlu_api.spec.rules import ensure_valid
 from dlu_api.spec.torchrun import parse_torchrun
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.master.actor import PrimeMaster
+from dlu_prime.master.lost import close_lost_job
 from dlu_prime.master.state import JobState
 from dlu_prime.naming import NAMESPACE, master_name
 from dlu_prime.roles import sub_master_path
@@ -193,10 +194,6 @@ def get_master(job: str) -> Any | None:
         return None
 
 
-def _stored_status(spec: JobSpec) -> JobStatus | None:
-    return stored_status(spec.name, spec.state_store.name, spec.state_store.options)
-
-
 def stored_status(job: str, store_name: str, options: dict[str, Any]) -> JobStatus | None:
     """The job's last saved status in its state store; None if there is none or no store."""
     try:
@@ -285,18 +282,13 @@ def wait_job(
     while final is None:
         master = get_master(spec.name)
         if master is None:
-            final = _master_lost(spec, last, "its PrimeMaster is gone")
+            final = _master_lost(spec, last, "no PrimeMaster actor of this job exists")
             break
         try:
             current = JobStatus.model_validate(ray.get(master.status.remote(), timeout=30))
         except RayActorError as exc:
             if get_master(spec.name) is None:
-                final = _master_lost(
-                    spec,
-                    last,
-                    f"its PrimeMaster died and was not restarted "
-                    f"(master_max_restart={spec.limits.master_max_restart}; {exc})",
-                )
+                final = _master_lost(spec, last, f"it died and Ray did not restart it: {_first_line(exc)}")
             else:
                 time.sleep(poll_interval_s)  # being reconstructed by Ray
             continue
@@ -314,6 +306,11 @@ def wait_job(
         quick = _pause(master, poll_interval_s, quick)
     remove_job_resources(spec.name, include_master=True)
     return final
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _pause(master: Any, seconds: float, quick: bool) -> bool:
@@ -342,16 +339,28 @@ def _let_master_finish(master: Any, timeout_s: float = 150.0) -> None:
         logger.warning("PrimeMaster did not confirm its final state was saved")
 
 
-def _master_lost(spec: JobSpec, last: JobStatus | None, why: str) -> JobStatus:
-    stored = _stored_status(spec) or last
-    base = stored or JobStatus(name=spec.name, stage=JobStage.STOPPED)
+def _master_lost(spec: JobSpec, last: JobStatus | None, cause: str) -> JobStatus:
+    """The job's end when its PrimeMaster is gone for good: written into its stored state
+    (so later readers see it too), with the limit that was used up named when it was."""
+    try:
+        store = create_state_store(spec.state_store.name, spec.state_store.options)
+        try:
+            closed = close_lost_job(store, spec.name, cause)
+        finally:
+            store.close()
+    except StateStoreError:
+        closed = None
+    if closed is not None:
+        return closed
+    base = last or JobStatus(name=spec.name, stage=JobStage.STOPPED)
     if base.stage is JobStage.STOPPED:
         return base
     return base.model_copy(
         update={
             "stage": JobStage.STOPPED,
             "exit_code": 1,
-            "reason": f"job {spec.name} stopped because {why}; last stage {base.stage.value}",
+            "reason": f"job {spec.name} stopped because its PrimeMaster is gone ({cause}); "
+            f"last stage {base.stage.value}",
         }
     )
 

@@ -386,6 +386,11 @@ class RunningServer:
         """`host:port` for clients (IPv6 hosts in brackets)."""
         return _target(self.host, self.port)
 
+    @property
+    def serving(self) -> bool:
+        """Its event loop still runs the server (what the ElasticMaster's beats stand for)."""
+        return not self._stopped and self.thread.is_alive() and self.loop.is_running()
+
     def stop(self, grace: float | None = None) -> None:
         """Stop accepting calls, let running ones finish for `grace` seconds, then cancel them
         (held calls included). Idempotent."""

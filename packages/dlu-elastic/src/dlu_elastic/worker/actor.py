@@ -22,11 +22,12 @@ import grpc
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
-from dlu_api.spec.models import ElasticSettings, RoleSpec
+from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.worker import store
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
+from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
 from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor
@@ -95,6 +96,11 @@ class ElasticWorkerActor(WorkerActor):
         if delay > 0:
             time.sleep(delay)
         self.role_spec = RoleSpec.model_validate_json(self.info.role_json)
+        self._health = (
+            HealthSettings.model_validate_json(self.info.health_json)
+            if self.info.health_json
+            else HealthSettings()
+        )
         assert self.role_spec.elastic is not None
         self.elastic: ElasticSettings = self.role_spec.elastic
         self._check_entrypoint()
@@ -132,6 +138,14 @@ class ElasticWorkerActor(WorkerActor):
             module = entry.module if entry.kind is EntrypointKind.OBJECT else entry.target
             if importlib.util.find_spec(module) is None:
                 raise EntrypointError(f"training module {module!r} not found")
+
+    def status(self) -> dict[str, Any]:
+        """The actor's status, plus its current training process (debugging, fault injection)."""
+        process = getattr(self, "process", None)
+        return {
+            **super().status(),
+            "process_pid": process.pid if process is not None and process.alive else None,
+        }
 
     def rendezvous_address(self) -> tuple[str, int]:
         """Where a node-check pair led by this rank meets."""
@@ -175,7 +189,7 @@ class ElasticWorkerActor(WorkerActor):
             return
         self.stage = ActorStage.RUNNING
         self.started_at = time.time()
-        self.health.beat(None, None)
+        self.health.pause()  # this agent watches its process itself (see _watch)
         self._thread = threading.Thread(
             target=self._agent, name=f"dlu-agent-{self.info.actor_name}", daemon=True
         )
@@ -361,20 +375,34 @@ class ElasticWorkerActor(WorkerActor):
         )
 
     def _watch(self, round_: int, process: TrainingProcess) -> Result | None:
-        """Follow one training process. None: the master restarted training (run again)."""
+        """Follow one training process. None: the master restarted training (run again).
+
+        A process that goes silent or hangs (see `ProcessWatch`) is killed here and reported as
+        this rank's failure, like a crash."""
         last_beat = 0.0
         interval = heartbeat_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
+        watch = ProcessWatch(self._health.heartbeat_timeout_s, self._health.hang_timeout_s)
         while True:
+            now = time.monotonic()
             for event in process.events():
                 if event.kind is EventKind.HEARTBEAT:
-                    self.health.beat(event.step, event.metric)
+                    self.health.relay(event.step, event.metric)
+                    watch.beat(event.step, now)
                 elif event.kind is EventKind.ERROR_REPORT and event.message:
                     self.health.report(event.message)
             code = process.poll()
+            hung = None
+            if code is None and watch.suspect(now):
+                hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
+            if hung is not None:
+                logger.warning("%s: %s; killing it", self.info.actor_name, hung)
+                process.terminate(0.5)
+                code = process.poll()
+                code = code if code is not None else -9
             if code == 0:
                 return Result(Outcome.SUCCESS)
             if code is not None:
-                error = process.last_failure or f"training process exited with code {code}"
+                error = hung or process.last_failure or f"training process exited with code {code}"
                 try:
                     self._client.report_failure(
                         round=round_,
@@ -390,7 +418,6 @@ class ElasticWorkerActor(WorkerActor):
                         raise
                 action = self._wait_for_decision(round_, interval)
                 return None if action == "restart" else Result(Outcome.FAILED, error)
-            now = time.monotonic()
             if now - last_beat >= interval:
                 last_beat = now
                 action = self._beat(round_)

@@ -17,6 +17,7 @@ import ray
 
 from dlu_api.spec.models import JobSpec
 from dlu_prime.extension import Extension, ExtensionError, load_extension
+from dlu_prime.master.failover import InPlaceDecision
 from dlu_prime.master.manager import FencedError, PrimeManager
 from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
@@ -112,8 +113,10 @@ class PrimeMaster:
     def wake(self) -> None:
         self.manager.wake()
 
-    def note_inplace_restart(self, role: str, message: str) -> str | None:
-        return self.manager.note_inplace_restart(role, message)
+    def note_inplace_restart(
+        self, role: str, message: str, agent: str | None = None, error: str = ""
+    ) -> InPlaceDecision:
+        return self.manager.note_inplace_restart(role, message, agent, error)
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from dlu_api.spec.models import RecoveryPolicy
 from dlu_api.status import JobStage
@@ -27,6 +28,8 @@ class Recovery:
     actors: tuple[str, ...]
     reason: str
     role: str | None = None
+    culprit: str | None = None  # the actor whose failure caused it (the root cause, for the timeline)
+    node_id: str | None = None  # the culprit's node
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,10 @@ def _handle(
                     f"role {role} reached max_restart={role_spec.max_restart} restarting its SubMaster; "
                     f"culprit: {culprit(culprit_failure)}"
                 )
-            recoveries.append(Recovery(Tier.SUB_MASTER, tuple(sub), culprit(affected[sub[0]]), role))
+            cause = affected[sub[0]]
+            recoveries.append(
+                Recovery(Tier.SUB_MASTER, tuple(sub), culprit(cause), role, cause.actor, cause.node_id)
+            )
         if workers:
             if record.restart_count + 1 > role_spec.max_restart:
                 return (), (
@@ -179,7 +185,10 @@ def _handle(
                     f"culprit: {culprit(affected[workers[0]])}"
                 )
             ordered = sorted(workers, key=lambda n: state.actors[n].rank)
-            recoveries.append(Recovery(Tier.ROLE, tuple(ordered), culprit(affected[workers[0]]), role))
+            cause = affected[workers[0]]
+            recoveries.append(
+                Recovery(Tier.ROLE, tuple(ordered), culprit(cause), role, cause.actor, cause.node_id)
+            )
     return tuple(recoveries), None
 
 
@@ -199,8 +208,74 @@ def job_restart(
             f"culprit: {culprit(first)}"
         )
     why = f" (role {', '.join(because)} restarts the whole job)" if because else ""
-    return (Recovery(Tier.JOB, tuple(state.actors), f"{culprit(first)}{why}"),), None
+    return (
+        Recovery(Tier.JOB, tuple(state.actors), f"{culprit(first)}{why}", None, first.actor, first.node_id),
+    ), None
 
 
 def role_has_sub_master(state: JobState, role: str) -> bool:
     return sub_master_path(state.spec.role(role)) is not None
+
+
+class InPlaceVerdict(StrEnum):
+    RESTART = "restart"  # a fault of its own: counted, every rank restarts in place
+    JOIN = "join"  # the effect of a fault already being handled: not counted again
+    STOP = "stop"  # over the role's limit: the job stops
+
+
+@dataclass(frozen=True)
+class InPlaceDecision:
+    verdict: InPlaceVerdict
+    reason: str = ""
+
+
+def judge_inplace(
+    state: JobState, role: str, reporter: str | None, message: str, dead_peers: Sequence[str], error: str = ""
+) -> InPlaceDecision:
+    """Whether a failed training process is a fault of its own (tier 1) or the effect of one.
+
+    A rank's collective fails when a peer's actor died: that death is the fault, handled (and
+    counted) by the role or job failover it starts, so the rank's report joins it. The same
+    holds for every report while a failover of its role, or of the job, is in flight, and
+    outside RUNNING (a restart of the job is under way).
+    """
+    who = reporter or "a rank"
+    if state.stage is not JobStage.RUNNING:
+        return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: the job is {state.stage.value}")
+    in_flight = state.failover
+    if in_flight is not None and (in_flight.tier is Tier.JOB or in_flight.role == role):
+        cause = in_flight.culprit or ", ".join(in_flight.actors)
+        return InPlaceDecision(
+            InPlaceVerdict.JOIN, f"{who}: part of the {in_flight.tier.value} failover of {cause}"
+        )
+    culprits = [name for name in dead_peers if name != reporter]
+    if culprits:
+        return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: its peer {', '.join(culprits)} died")
+    limit = state.spec.role(role).max_restart
+    if state.roles[role].inplace_restart_count + 1 > limit:
+        reason = (
+            f"role {role} reached max_restart={limit} restarting training in place; culprit: {who}: {message}"
+        )
+        detail = error.strip()
+        return InPlaceDecision(InPlaceVerdict.STOP, f"{reason}\n{detail}" if "\n" in detail else reason)
+    return InPlaceDecision(InPlaceVerdict.RESTART)
+
+
+def setup_retry(state: JobState, actor: str, error: str) -> tuple[Recovery | None, str | None]:
+    """An actor died during setup or the SubMasters' checks (Ray rebuilt it): a recovery that
+    runs the checks again on its new incarnation, counted on its role like any restart; or the
+    reason to stop when its role's budget is used up."""
+    record = state.actors[actor]
+    role = state.roles[record.role]
+    limit = state.spec.role(record.role).max_restart
+    sub = record.rank == SUB_MASTER_RANK
+    used = role.sub_master_restart_count if sub else role.restart_count
+    failure = Failure(actor, record.role, "died", error, record.node_id)
+    if used + 1 > limit:
+        what = "restarting its SubMaster" if sub else "setting up its actors"
+        return None, with_traceback(
+            f"role {record.role} reached max_restart={limit} {what}; culprit: {culprit(failure)}", failure
+        )
+    tier = Tier.SUB_MASTER if sub else Tier.ROLE
+    why = f"{culprit(failure)} (died during the checks before start; Ray rebuilt it: checked again)"
+    return Recovery(tier, (actor,), why, record.role, actor, record.node_id), None

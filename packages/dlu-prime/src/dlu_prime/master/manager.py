@@ -17,9 +17,18 @@ from dataclasses import replace
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.extension import Extension, NodeInfo
-from dlu_prime.master.failover import FailoverPlan, Recovery, job_restart, plan_failover
+from dlu_prime.master.failover import (
+    FailoverPlan,
+    InPlaceDecision,
+    InPlaceVerdict,
+    Recovery,
+    job_restart,
+    judge_inplace,
+    plan_failover,
+    setup_retry,
+)
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.monitor import Assessment, Failure, assess, track_steps, track_unavailable
+from dlu_prime.master.monitor import Assessment, Failure, assess, track_beats, track_steps, track_unavailable
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
     ActorRecord,
@@ -29,10 +38,11 @@ from dlu_prime.master.state import (
     JobState,
     RoleRecord,
     Tier,
+    close_actors,
 )
 from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
-from dlu_prime.scheduler.base import ActorSetupError, Scheduler, SchedulingError
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.placement import plan_placement
 from dlu_prime.state.base import (
     StateConflictError,
@@ -104,6 +114,11 @@ def resume_problem(spec: JobSpec, old: JobState | None) -> str | None:
     return None
 
 
+def _gone(seen: ActorObservation) -> bool:
+    """Dead, being rebuilt by Ray, or rebuilt and not set up yet: a fault to be handled."""
+    return seen.stage is None or (seen.reconstructed and seen.stage is ActorStage.INIT)
+
+
 def sub_masters(state: JobState) -> list[str]:
     return [n for n, a in state.actors.items() if a.rank == SUB_MASTER_RANK]
 
@@ -135,6 +150,7 @@ class PrimeManager:
         self._stop_request: str | None = None
         self._failed_request: str | None = None
         self._steps: dict[str, tuple[int, float]] = {}
+        self._beats: dict[str, tuple[int, float]] = {}
         self._unavailable: dict[str, float] = {}
         self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
@@ -489,10 +505,12 @@ class PrimeManager:
             if self._stop_request is not None:
                 self.finish(EXIT_STOPPED, self._stop_request)
                 return
-            self.scheduler.setup(names)
-            self.scheduler.check_children(sub_masters(self.state))
+            self._check(names)
         except SchedulingError as exc:
             self.finish(EXIT_FAILED, f"cannot schedule the job: {exc}")
+            return
+        except RestartLimitError as exc:
+            self.finish(EXIT_FAILED, str(exc))
             return
         except ActorSetupError as exc:
             with self._lock:
@@ -506,6 +524,53 @@ class PrimeManager:
             for record in self.state.actors.values():
                 record.stage = ActorStage.READY
         self.transition(JobStage.READY, "every actor passed its self check")
+
+    def _check(self, names: list[str]) -> None:
+        """Self checks, then the SubMasters' checks (e.g. a node check). An actor that died
+        under them and that Ray rebuilt is checked again, counted on its role's budget.
+
+        Raises:
+            ActorSetupError: a check failed.
+            RestartLimitError: an actor kept dying and its role's budget is used up.
+        """
+        pending = names
+        rebuilding: tuple[str, float] | None = None  # an actor Ray is rebuilding, since when
+        while True:
+            set_up = False
+            try:
+                if pending:
+                    self.scheduler.setup(pending)
+                set_up = True
+                self.scheduler.check_children(sub_masters(self.state))
+                return
+            except ActorSetupError as exc:
+                if not exc.transient or exc.actor not in self.state.actors:
+                    raise
+                now = self.clock()
+                # Its new incarnation is not up yet: the same fault, not another one.
+                same = rebuilding is not None and rebuilding[0] == exc.actor and not set_up
+                if same and rebuilding and now - rebuilding[1] <= self.state.spec.health.heartbeat_timeout_s:
+                    time.sleep(0.2)
+                    continue
+                recovery, stop = setup_retry(self.state, exc.actor, exc.error)
+                if recovery is None:
+                    raise RestartLimitError(stop or exc.error) from None
+                self._note_setup_retry(recovery)
+                rebuilding = (exc.actor, now)
+                pending = [exc.actor]
+
+    def _note_setup_retry(self, recovery: Recovery) -> None:
+        with self._lock:
+            self._count(recovery)
+            now = self.clock()
+            role, actor, tier = recovery.role, recovery.culprit, recovery.tier
+            started = f"{tier.value} failover: {recovery.reason}"
+            self.state.record("failover_started", started, role=role, actor=actor, tier=tier, at=now)
+            done = f"{actor} set up again"
+            self.state.record(
+                "failover_done", done, role=role, actor=actor, tier=tier, duration_s=0.0, at=now
+            )
+            self.save()
 
     def start(self) -> None:
         """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
@@ -527,8 +592,9 @@ class PrimeManager:
         observations = self.scheduler.poll(self._actor_names())
         now = self.clock()
         self._steps = track_steps(self._steps, observations, now)
+        self._beats = track_beats(self._beats, observations, now)
         self._unavailable = track_unavailable(self._unavailable, observations, now)
-        result = assess(self.state, observations, now, self._steps, self._unavailable)
+        result = assess(self.state, observations, now, self._steps, self._unavailable, self._beats)
         with self._lock:
             injected, self._injected = self._injected, []
         if injected:
@@ -645,9 +711,11 @@ class PrimeManager:
             self.save()
         return True
 
-    def _failover(self, recovery: Recovery) -> None:
+    def _failover(self, recovery: Recovery, escalated: bool = False) -> None:
         """Count, save, act, and clear the in-flight record on every path. A role or SubMaster
-        recovery that fails escalates to a job-level restart; a failed job restart stops the job."""
+        recovery that fails escalates to a job-level restart (`escalated`: the same fault's
+        recovery going on, recorded as such, not as another fault); a failed job restart stops
+        the job."""
         with self._lock:
             self._count(recovery)
             record = FailoverRecord(
@@ -656,14 +724,17 @@ class PrimeManager:
                 actors=list(recovery.actors),
                 reason=recovery.reason,
                 started_at=self.clock(),
+                culprit=recovery.culprit,
             )
             self.state.failover = record
             for name in recovery.actors:
                 self.state.actors[name].stage = ActorStage.INIT
             self.state.record(
-                "failover_started",
+                "failover_escalated" if escalated else "failover_started",
                 f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}",
                 role=recovery.role,
+                actor=recovery.culprit,
+                node_id=recovery.node_id,
                 tier=recovery.tier,
                 at=record.started_at,
             )
@@ -732,12 +803,12 @@ class PrimeManager:
         if record.tier is Tier.JOB or self.state.stage is not JobStage.RUNNING:
             self.finish(EXIT_FAILED, f"job-level failover failed: {error}; first failure: {record.reason}")
             return
-        first = Failure(record.actors[0], record.role or "", "failover_failed", error)
+        first = Failure(record.culprit or record.actors[0], record.role or "", "failover_failed", error)
         recoveries, stop = job_restart(self.state, first, [record.role] if record.role else [])
         if stop is not None:
             self.finish(EXIT_FAILED, stop)
             return
-        self._failover(recoveries[0])
+        self._failover(recoveries[0], escalated=True)
 
     def _restart_role(self, record: FailoverRecord) -> None:
         """Tier 2: through the role's SubMaster when it has one (it calls restart_actors back and
@@ -761,8 +832,9 @@ class PrimeManager:
         if self.state.stage is JobStage.RUNNING:
             self.transition(JobStage.INIT, f"job-level restart: {record.reason}")
         self._steps.clear()
+        self._beats.clear()
         self._replace(list(record.actors))
-        self.scheduler.check_children(sub_masters(self.state))
+        self._check([])
         self.transition(JobStage.READY, "every actor restarted and passed its self check")
         self.start()
 
@@ -776,30 +848,54 @@ class PrimeManager:
                 record.errors_seen = 0
             self.save()
 
-    def note_inplace_restart(self, role: str, message: str) -> str | None:
-        """A SubMaster restarts its role's training in place (tier 1): counted here, so the count
-        survives the SubMaster. Returns None if allowed, else why not (and the job stops)."""
+    def note_inplace_restart(
+        self, role: str, message: str, agent: str | None = None, error: str = ""
+    ) -> InPlaceDecision:
+        """A SubMaster's rank `agent` failed its training process: a fault of its own (tier 1,
+        counted here so the count survives the SubMaster), the effect of a peer's fault being
+        handled (joined, not counted), or one over the role's limit (the job stops)."""
+        peers = [
+            n
+            for n, a in self.state.actors.items()
+            if a.role == role and a.rank != SUB_MASTER_RANK and n != agent
+        ]
+        dead = [n for n, seen in self.scheduler.poll(peers).items() if _gone(seen)] if peers else []
         with self._lock:
-            record = self.state.roles[role]
+            decision = judge_inplace(self.state, role, agent, message, dead, error)
+            record = self.state.actors.get(agent or "")
+            node = record.node_id if record is not None else None
+            count = self.state.roles[role].inplace_restart_count
             limit = self.state.spec.role(role).max_restart
-            if record.inplace_restart_count + 1 > limit:
-                reason = (
-                    f"role {role} reached max_restart={limit} restarting training in place; last: {message}"
+            if decision.verdict is InPlaceVerdict.RESTART:
+                self.state.roles[role].inplace_restart_count = count + 1
+                self.state.record(
+                    "inplace_restart",
+                    f"restart {count + 1}/{limit}: {message}",
+                    role=role,
+                    actor=agent,
+                    node_id=node,
+                    tier=Tier.IN_PLACE,
+                    at=self.clock(),
                 )
-                self.state.record("restart_limit", reason, role=role, tier=Tier.IN_PLACE, at=self.clock())
-                self.save()
-                self.request_stop_failed(reason)
-                return reason
-            record.inplace_restart_count += 1
-            self.state.record(
-                "inplace_restart",
-                f"restart {record.inplace_restart_count}/{limit}: {message}",
-                role=role,
-                tier=Tier.IN_PLACE,
-                at=self.clock(),
-            )
+            elif decision.verdict is InPlaceVerdict.JOIN:
+                self.state.record(
+                    "joined_recovery", decision.reason, role=role, actor=agent, node_id=node, at=self.clock()
+                )
+            else:
+                self.state.record(
+                    "restart_limit",
+                    decision.reason,
+                    role=role,
+                    actor=agent,
+                    tier=Tier.IN_PLACE,
+                    at=self.clock(),
+                )
             self.save()
-        return None
+        if decision.verdict is InPlaceVerdict.STOP:
+            self.request_stop_failed(decision.reason)
+        elif dead:
+            self.wake()  # the dead peer's failover starts at once
+        return decision
 
     def request_stop_failed(self, reason: str) -> None:
         """Stop the job as failed (a limit reached outside the monitoring thread)."""
@@ -830,6 +926,8 @@ class PrimeManager:
                 logger.exception("job %s: %s failed", self.state.job, step)
                 with self._lock:
                     self.state.record(f"{step}_failed", f"{type(exc).__name__}: {exc}", at=self.clock())
+        with self._lock:
+            close_actors(self.state)
         self.transition(JobStage.STOPPED)
         self._retain()
 

@@ -47,18 +47,27 @@ def assess(
     now: float,
     steps_seen: Mapping[str, tuple[int, float]] | None = None,
     unavailable_since: Mapping[str, float] | None = None,
+    beats_seen: Mapping[str, tuple[int, float]] | None = None,
 ) -> Assessment:
     """Judge one monitoring pass.
 
-    `steps_seen` maps actor -> (last step, time it last changed), kept by the caller, for hang
-    detection; without it hangs are not judged. `unavailable_since` (see `track_unavailable`)
-    says since when Ray has been restarting an actor: that is not a failure until it outlasts
-    the heartbeat timeout, because the reconstructed actor reports itself.
+    Each actor is judged by the signals it produces: every actor by its poll (dead, FAILED,
+    pushed errors); an actor that sends beats of its own (`watched`: a SubMaster's serving loop,
+    user code calling `heartbeat()`) also by their staleness; one that reports training steps
+    also by hangs (SubMasters train nothing). An elastic rank's agent watches its training
+    process itself, so the rank's actor is judged by its poll alone.
+
+    `beats_seen` and `steps_seen` map actor -> (last count, time it last moved on this clock),
+    kept by the caller (`track_beats`, `track_steps`); without them staleness and hangs are not
+    judged. `unavailable_since` (see `track_unavailable`) says since when Ray has been
+    restarting an actor: that is not a failure until it outlasts the heartbeat timeout, because
+    the reconstructed actor reports itself.
     """
     health = state.spec.health
     timeout = health.heartbeat_timeout_s
     hang_timeout = health.hang_timeout_s if steps_seen is not None else None
     steps = steps_seen or {}
+    beats = beats_seen or {}
     since_unavailable = unavailable_since or {}
     init, running, failed = ActorStage.INIT, ActorStage.RUNNING, ActorStage.FAILED
     stage_changes: dict[str, ActorStage] = {}
@@ -108,18 +117,20 @@ def assess(
             )
         if stage is not running:
             continue
-        beat = seen.last_heartbeat
-        if beat is not None and now - beat > timeout:
+        if not seen.watched:
+            continue
+        beat = beats.get(name)
+        if beat is not None and now - beat[1] > timeout:
             failures.append(
                 Failure(
                     name,
                     record.role,
                     "heartbeat_timeout",
-                    f"no heartbeat for {now - beat:.0f}s (timeout {timeout:g}s)",
+                    f"no heartbeat for {now - beat[1]:.0f}s (timeout {timeout:g}s)",
                     node or seen_node,
                 )
             )
-        elif hang_timeout is not None:
+        elif hang_timeout is not None and seen.steps_reported and record.rank != SUB_MASTER_RANK:
             moved = steps.get(name)
             if moved is not None and now - moved[1] > hang_timeout:
                 failures.append(
@@ -169,12 +180,29 @@ def track_steps(
     """Remember when each actor's step last moved, for hang detection."""
     out = dict(previous)
     for name, seen in observations.items():
-        if seen.stage is not ActorStage.RUNNING:
+        if seen.stage is not ActorStage.RUNNING or (seen.watched and not seen.steps_reported):
             out.pop(name, None)
             continue
         last = out.get(name)
         if last is None or last[0] != seen.step:
             out[name] = (seen.step, now)
+    return out
+
+
+def track_beats(
+    previous: Mapping[str, tuple[int, float]],
+    observations: Mapping[str, ActorObservation],
+    now: float,
+) -> dict[str, tuple[int, float]]:
+    """Remember when each watched actor's beat count last moved, on this clock (no remote
+    timestamps: nodes' clocks may drift apart over a week). An actor not watched is forgotten,
+    so a pause (a rank in a rendezvous) never counts against the next phase."""
+    out: dict[str, tuple[int, float]] = {}
+    for name, seen in observations.items():
+        if seen.stage is not ActorStage.RUNNING or not seen.watched:
+            continue
+        last = previous.get(name)
+        out[name] = last if last is not None and last[0] == seen.beats else (seen.beats, now)
     return out
 
 

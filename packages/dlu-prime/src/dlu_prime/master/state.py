@@ -29,10 +29,19 @@ class ActorStage(StrEnum):
     RUNNING = "RUNNING"
     FINISH = "FINISH"
     FAILED = "FAILED"
+    STOPPED = "STOPPED"  # stopped by the job's end while it still ran (no longer RUNNING)
 
     @property
     def is_terminal(self) -> bool:
-        return self in (ActorStage.FINISH, ActorStage.FAILED)
+        return self in (ActorStage.FINISH, ActorStage.FAILED, ActorStage.STOPPED)
+
+
+def close_actors(state: JobState) -> None:
+    """The job ended: an actor that had not finished or failed was stopped, so no final status
+    lists one as RUNNING (or READY) after the job is STOPPED."""
+    for record in state.actors.values():
+        if not record.stage.is_terminal:
+            record.stage = ActorStage.STOPPED
 
 
 class ActorRecord(BaseModel):
@@ -87,6 +96,7 @@ class FailoverRecord(BaseModel):
     actors: list[str] = Field(default_factory=list[str])
     reason: str
     started_at: float
+    culprit: str | None = None
 
 
 class ChannelRecord(BaseModel):

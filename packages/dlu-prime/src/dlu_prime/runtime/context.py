@@ -14,22 +14,51 @@ from dlu_api.status import JobEvent
 
 @dataclass
 class Health:
-    """What the worker reports about itself; read by the PrimeMaster when it polls."""
+    """What the worker reports about itself; read by the PrimeMaster when it polls.
+
+    Only what reports beats is judged by them: `watched` turns on with the first beat from the
+    worker's own code (a user `heartbeat()`, a SubMaster's serving loop) and off with `pause()`
+    (a phase that sends none, e.g. a rank waiting in a rendezvous). A worker that never beats is
+    judged by its poll answers alone, so a healthy job never looks stale however long it runs.
+    `beats` counts them: the PrimeMaster judges staleness by when it saw the count move on its
+    own clock, never by comparing another node's timestamps with its own.
+    """
 
     last_heartbeat: float = field(default_factory=time.time)
     step: int = 0
     metric: float | None = None
+    beats: int = 0
+    watched: bool = False
+    steps_reported: bool = False
     errors: list[JobEvent] = field(default_factory=list[JobEvent])
     lock: threading.Lock = field(default_factory=threading.Lock)
     on_report: Callable[[], None] | None = None  # pushes a report at once instead of at the next poll
 
     def beat(self, step: int | None, metric: float | None) -> None:
+        """A beat from the worker's own loop: from now on it is judged by its beats."""
+        self.relay(step, metric)
+        with self.lock:
+            self.watched = True
+            if step is not None:
+                self.steps_reported = True
+
+    def relay(self, step: int | None, metric: float | None) -> None:
+        """Progress shown in the status (step, metric) without being judged by the PrimeMaster:
+        an elastic rank's agent relays its process' beats and watches that process itself."""
         with self.lock:
             self.last_heartbeat = time.time()
+            self.beats += 1
             if step is not None:
                 self.step = step
             if metric is not None:
                 self.metric = metric
+
+    def pause(self) -> None:
+        """No beats are due until the next one (a restart, a rendezvous): stop judging them."""
+        with self.lock:
+            self.watched = False
+            self.steps_reported = False
+            self.last_heartbeat = time.time()
 
     def report(self, message: str) -> None:
         with self.lock:
@@ -43,6 +72,9 @@ class Health:
                 "last_heartbeat": self.last_heartbeat,
                 "step": self.step,
                 "metric": self.metric,
+                "beats": self.beats,
+                "watched": self.watched,
+                "steps_reported": self.steps_reported,
                 "errors": [e.model_dump() for e in self.errors],
             }
 

@@ -15,11 +15,16 @@ class SchedulingError(Exception):
 
 
 class ActorSetupError(Exception):
-    """An actor failed its self check (setup); carries the actor's name and the error."""
+    """An actor failed its self check (setup); carries the actor's name and the error.
 
-    def __init__(self, actor: str, error: str) -> None:
+    `transient`: the actor's process died during the call (Ray rebuilds it), so the check may be
+    run again on the new incarnation; otherwise the check itself failed.
+    """
+
+    def __init__(self, actor: str, error: str, transient: bool = False) -> None:
         self.actor = actor
         self.error = error
+        self.transient = transient
         super().__init__(f"{actor} failed its self check: {error}")
 
 
@@ -35,6 +40,9 @@ class ActorObservation:
     reported_errors: tuple[str, ...] = field(default=())
     reconstructed: bool = False
     unavailable: bool = False  # Ray is restarting it: it will report itself when back
+    beats: int = 0  # beats sent so far: staleness is judged by when this count last moved
+    watched: bool = False  # it reports beats of its own: judge heartbeat staleness
+    steps_reported: bool = False  # it reports training steps: judge hangs
 
     @staticmethod
     def gone(error: str) -> ActorObservation:
@@ -54,6 +62,9 @@ class ActorObservation:
             step=int(status.get("step") or 0),
             reported_errors=tuple(e["message"] for e in status.get("errors") or ()),
             reconstructed=bool(status.get("reconstructed")),
+            beats=int(status.get("beats") or 0),
+            watched=bool(status.get("watched")),
+            steps_reported=bool(status.get("steps_reported")),
         )
 
 

@@ -50,6 +50,13 @@ def default_actor_class(role: RoleSpec) -> type:
     return getattr(importlib.import_module(module), attr)
 
 
+def _setup_error(name: str, exc: BaseException) -> ActorSetupError:
+    """A failed lifecycle call; transient when the actor's process died under it (Ray rebuilds
+    it, and the call can be made again on the new incarnation)."""
+    died = isinstance(exc, RayActorError | ActorUnavailableError) and not isinstance(exc, RayTaskError)
+    return ActorSetupError(name, _error_text(exc), transient=died)
+
+
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, RayTaskError):
         return str(exc.cause) if exc.cause is not None else str(exc)
@@ -133,6 +140,7 @@ class RayScheduler(Scheduler):
             workdir=self.workdir,
             role_sizes={r.name: r.total for r in self.spec.roles},
             role_json=role.model_dump_json(),
+            health_json=self.spec.health.model_dump_json(),
         )
 
     def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
@@ -187,6 +195,7 @@ class RayScheduler(Scheduler):
             workdir=self.workdir,
             role_sizes={r.name: r.total for r in self.spec.roles},
             role_json=role.model_dump_json(),
+            health_json=self.spec.health.model_dump_json(),
         )
         isolation = self.spec.master.isolation_resource
         handle = (
@@ -233,7 +242,7 @@ class RayScheduler(Scheduler):
             try:
                 results[name] = ray.get(ref, timeout=self._call_timeout)
             except (RayError, GetTimeoutError) as exc:
-                raise ActorSetupError(name, _error_text(exc)) from None
+                raise _setup_error(name, exc) from None
         return results
 
     def _device_env(self, plan: ActorPlan | None) -> dict[str, str]:
@@ -259,7 +268,7 @@ class RayScheduler(Scheduler):
             try:
                 ray.get(ref, timeout=self._call_timeout)
             except (RayError, GetTimeoutError) as exc:
-                raise ActorSetupError(name, _error_text(exc)) from None
+                raise _setup_error(name, exc) from None
 
     def check_children(self, names: Sequence[str]) -> None:
         self._call_all(names, "check_child")

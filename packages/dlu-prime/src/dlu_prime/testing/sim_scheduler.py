@@ -47,6 +47,7 @@ class SimScheduler(Scheduler):
         self.steps: dict[str, int] = dict.fromkeys(self.nodes, 0)
         self.setup_errors: dict[str, str] = {}
         self._seen: dict[str, ActorObservation] = {}
+        self._beats: dict[str, int] = {}
         self.polls = 0
         self.cleaned_up = False
         self._refresh(self.nodes)
@@ -77,11 +78,17 @@ class SimScheduler(Scheduler):
             stage = self.stages[name]
             if stage is None:
                 continue
+            running = stage is ActorStage.RUNNING
+            beats = self._beats.get(name, 0) + (1 if running else 0)
+            self._beats[name] = beats
             self._seen[name] = ActorObservation(
                 stage=stage,
                 node_id=self.nodes[name],
-                last_heartbeat=now if stage is ActorStage.RUNNING else None,
+                last_heartbeat=now if running else None,
                 step=self.steps[name],
+                beats=beats,
+                watched=running,
+                steps_reported=running,
             )
 
     def _set(self, names: Iterable[str], stage: ActorStage) -> None:

@@ -42,6 +42,7 @@ class WorkerInfo:
     role_sizes: dict[str, int] = field(default_factory=dict[str, int])
     role_json: str = ""  # the role's spec, for actors that need more than the entrypoint
     run_id: str = ""
+    health_json: str = ""  # the job's health settings, for actors that watch something themselves
 
 
 def _ray_identity() -> tuple[str | None, list[str], bool]:
@@ -171,7 +172,7 @@ class WorkerActor:
             raise RuntimeError(f"{self.info.actor_name}: start() before setup()")
         self.stage = ActorStage.RUNNING
         self.started_at = time.time()
-        self.health.beat(None, None)
+        self.health.pause()  # judged by beats only once user code sends one
         if self.entry.is_service:
             return  # answers RPCs until stopped
         self._thread = threading.Thread(target=self._main, name=f"dlu-{self.info.actor_name}", daemon=True)

@@ -9,13 +9,17 @@ user's class is imported inside the actor, after the job's working directory is 
 from __future__ import annotations
 
 import importlib
+import logging
+import threading
 from typing import Any
 
-from dlu_api.spec.models import RoleSpec
+from dlu_api.spec.models import HealthSettings, RoleSpec
 from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, actor_name, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.entrypoint import EntrypointError
+
+logger = logging.getLogger(__name__)
 
 
 class SubMaster:
@@ -99,6 +103,11 @@ class SubMaster:
     def stop(self) -> None:
         """Called when the job stops."""
 
+    def serving(self) -> bool:
+        """Whether this SubMaster still does its job (e.g. its server answers). The actor beats
+        only while it does, so a SubMaster that stopped serving is found stale and restarted."""
+        return True
+
 
 def load_sub_master_class(path: str) -> type[SubMaster]:
     """Import 'module:Class' and check it is a SubMaster.
@@ -124,6 +133,11 @@ class SubMasterActor(WorkerActor):
     def __init__(self, info: WorkerInfo) -> None:
         super().__init__(info)
         self.impl: SubMaster | None = None
+        health = (
+            HealthSettings.model_validate_json(info.health_json) if info.health_json else HealthSettings()
+        )
+        self._beat_interval_s = health.heartbeat_interval_s
+        self._beating: threading.Thread | None = None
 
     def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
         cls = load_sub_master_class(self.info.entrypoint)
@@ -146,17 +160,37 @@ class SubMasterActor(WorkerActor):
     def start(self) -> None:
         self._impl().start()
         self.stage = ActorStage.RUNNING
-        self.health.beat(None, None)
+        self._start_beating()
 
     def recover_running(self) -> None:
         self._impl().recover_running()
         self.stage = ActorStage.RUNNING
+        self._start_beating()
+
+    def _start_beating(self) -> None:
+        """A SubMaster trains nothing: what proves it alive is a beat from its own loop, sent
+        every heartbeat interval while `serving()` holds (a beat only at start looked stale one
+        timeout later and had every healthy role "recovered" until its restart limit)."""
         self.health.beat(None, None)
+        if self._beating is None:
+            self._beating = threading.Thread(target=self._beat_loop, name="dlu-submaster-beat", daemon=True)
+            self._beating.start()
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self._beat_interval_s):
+            try:
+                serving = self._impl().serving()
+            except Exception:
+                logger.exception("%s: serving() raised", self.info.actor_name)
+                serving = False
+            if serving:
+                self.health.beat(None, None)
 
     def failover(self, names: list[str], reason: str) -> None:
         self._impl().failover(names, reason)
 
     def stop(self) -> None:
+        self._stop.set()
         if self.impl is not None:
             self.impl.stop()
 

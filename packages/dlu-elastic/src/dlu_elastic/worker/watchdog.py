@@ -1,0 +1,69 @@
+"""A rank's agent watches its own training process: silence and hangs, judged on its clock.
+
+The agent is the one that can tell a hung process from a busy one (it sees every beat the
+process sends) and the one that can act at once: it kills the process and reports the failure
+as its own, so the in-place restart is blamed on this rank, not on the peers whose collectives
+then fail. Only what the process reports is judged: a script that never calls `heartbeat()` is
+never found silent, and one that reports no step never hangs.
+
+Blame: when one rank hangs, its peers stop beating too, blocked in their next collective, at
+about the same moment. So a process that is *waiting* (sleeping in the kernel, as a blocked
+collective is) gets a grace on top of the timeout, while one that is stopped or spinning is
+judged at once: the hung rank is found and restarted first, and the round it opens releases the
+waiting peers without blaming them. If every rank waits (a true distributed deadlock) the first
+one past its grace is blamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+WAITING_GRACE = 0.5  # a waiting process is judged after (1 + this) x the timeout
+WAITING_STATES = frozenset({"S", "D", "I"})  # sleeping, in uninterruptible I/O, idle
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of a process (R, S, D, T, ...), None if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+    rest = stat[stat.rfind(")") + 1 :].split()
+    return rest[0] if rest else None
+
+
+@dataclass
+class ProcessWatch:
+    """What one training process has shown of its liveness; `verdict` is a pure judgement."""
+
+    heartbeat_timeout_s: float | None
+    hang_timeout_s: float | None
+    last_beat_at: float | None = None
+    step: int | None = None
+    step_moved_at: float | None = None
+
+    def beat(self, step: int | None, now: float) -> None:
+        self.last_beat_at = now
+        if step is not None and step != self.step:
+            self.step = step
+            self.step_moved_at = now
+
+    def verdict(self, now: float, waiting: bool = False) -> str | None:
+        """Why the process counts as hung now, or None while it is fine. `waiting`: the process
+        sleeps in the kernel (maybe blocked on a hung peer), so it gets the grace."""
+        if self.last_beat_at is None:
+            return None
+        grace = 1.0 + WAITING_GRACE if waiting else 1.0
+        timeout = self.heartbeat_timeout_s
+        if timeout is not None and now - self.last_beat_at > timeout * grace:
+            return f"training process sent no heartbeat for {now - self.last_beat_at:.1f}s (timeout {timeout:g}s)"
+        hang = self.hang_timeout_s
+        if hang is not None and self.step_moved_at is not None and now - self.step_moved_at > hang * grace:
+            return f"training step stuck at {self.step} for {now - self.step_moved_at:.1f}s (hang timeout {hang:g}s)"
+        return None
+
+    def suspect(self, now: float) -> bool:
+        """Past a timeout without the grace: worth reading the process' state to judge it."""
+        return self.verdict(now) is not None

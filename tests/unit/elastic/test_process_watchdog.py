@@ -1,0 +1,81 @@
+"""A rank's agent judges its own process: only what the process reports, on the agent's clock."""
+
+from __future__ import annotations
+
+from dlu_elastic.worker.watchdog import WAITING_GRACE, WAITING_STATES, ProcessWatch, process_state
+
+
+def test_a_process_that_never_beats_is_never_judged() -> None:
+    watch = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=5.0)
+    assert watch.verdict(1_000_000.0) is None
+
+
+def test_silence_past_the_timeout_is_a_hang_of_this_rank() -> None:
+    watch = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=None)
+    watch.beat(1, 10.0)
+    assert watch.verdict(13.0) is None  # exactly at the timeout
+    found = watch.verdict(13.5)
+    assert found is not None and "no heartbeat for 3.5s (timeout 3s)" in found
+
+
+def test_beats_without_progress_are_a_hang_only_with_a_hang_timeout() -> None:
+    watch = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=5.0)
+    for now in range(10, 40):  # a beat every second, the step stuck at 7
+        watch.beat(7, float(now))
+        found = watch.verdict(float(now))
+        if now - 10 <= 5:
+            assert found is None
+        else:
+            assert found is not None and "training step stuck at 7" in found
+            break
+    else:
+        raise AssertionError("the hang was never found")
+    off = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=None)
+    for now in range(10, 100):
+        off.beat(7, float(now))
+        assert off.verdict(float(now)) is None
+
+
+def test_a_long_healthy_run_is_never_judged() -> None:
+    """Soak: 10,000 timeouts' worth of steady beats and steps: no verdict, ever."""
+    watch = ProcessWatch(heartbeat_timeout_s=2.0, hang_timeout_s=4.0)
+    now = 0.0
+    for step in range(20_000):
+        now += 1.0  # one step a second, half the heartbeat timeout
+        watch.beat(step, now)
+        assert watch.verdict(now + 0.99) is None
+
+
+def test_a_waiting_process_gets_a_grace_so_the_hung_peer_is_blamed_first() -> None:
+    """Both ranks went silent together: the stopped one is judged at the timeout, the one
+    blocked in its collective (sleeping) only after the grace."""
+    hung, blocked = ProcessWatch(2.0, None), ProcessWatch(2.0, None)
+    hung.beat(5, 10.0)
+    blocked.beat(5, 10.05)
+    at = 12.2
+    assert hung.suspect(at) and hung.verdict(at, waiting=False) is not None
+    assert blocked.suspect(at) and blocked.verdict(at, waiting=True) is None
+    assert blocked.verdict(10.05 + 2.0 * (1 + WAITING_GRACE) + 0.01, waiting=True) is not None
+
+
+def test_process_state_reads_the_kernel() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while process_state(child.pid) not in WAITING_STATES and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(child.pid) in WAITING_STATES
+        os.kill(child.pid, signal.SIGSTOP)
+        while process_state(child.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(child.pid) == "T"
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) is None
