@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import chaos_reference
 from chaos_check import LossCheck, RecordCount, check
 from chaos_jobs import Pipeline, Training, start_cluster, steps_for
 from chaos_roles import received
-from chaos_run import TrainingCampaign, run_limit_case, run_pipeline, run_reference
+from chaos_run import TrainingCampaign, run_limit_case, run_pipeline
 from chaos_schedule import FaultKind, Shape, injections, parse_kinds, schedule
 from figures import compile_workspace, figure
 
@@ -49,6 +50,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--hang-timeout", type=float, default=None, help="health.hang_timeout_s (default off)"
     )
     parser.add_argument("--no-limit-case", action="store_true", help="skip the max_restart stop case")
+    parser.add_argument(
+        "--reference-loss",
+        default=None,
+        help="the fault-free final loss for these steps, printed by an earlier run (skips computing it)",
+    )
     parser.add_argument(
         "--out", default=None, help="where checkpoints, pid logs and records go (default: a temp dir)"
     )
@@ -110,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     compile_workspace()
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-ch-", dir="/tmp"))
     out = Path(args.out or tempfile.mkdtemp(prefix="dlu-chaos-"))
+    steps = steps_for(duration_s, args.step_seconds)
+    reference = chaos_reference.start(steps, nnodes * nproc) if plan and not args.reference_loss else None
     cluster = start_cluster(trainer_nodes=nnodes)
     began = time.monotonic()
     try:
-        steps = steps_for(duration_s, args.step_seconds)
         common = {
             "steps": steps,
             "nnodes": nnodes,
@@ -122,10 +129,6 @@ def main(argv: list[str] | None = None) -> int:
             "hang_timeout_s": args.hang_timeout,
             "cluster": True,
         }
-        expected = None
-        if plan:
-            print(f"fault-free reference run: {steps} steps", flush=True)
-            expected = run_reference(Training("chaos-ref", out=out / "ref", step_s=0.0, **common))
         kinds = {p.kind for p in plan}
         training = Training(
             "chaos-lm",
@@ -168,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
                     heartbeat_timeout_s=args.heartbeat_timeout,
                 )
             )
+        expected = args.reference_loss
+        if reference is not None:
+            print("waiting for the fault-free reference loss (computed alongside)", flush=True)
+            expected = chaos_reference.result(reference, timeout_s=4 * 3600)
+            print(f"fault-free loss after {steps} steps: {expected} (--reference-loss {expected} skips this)")
     finally:
+        if reference is not None and reference.poll() is None:
+            reference.kill()
         import ray
 
         ray.shutdown()

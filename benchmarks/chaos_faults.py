@@ -1,9 +1,10 @@
 """Fault injectors of the chaos campaign: each finds its victim and hits it, nothing more.
 
 Processes are signalled by pid: a DLU actor's pid comes from its own status (the PrimeMaster's
-from `ping`), a training process's from the pid log the reference script keeps with
-`--pid-dir` (`<dir>/<actor>.pids`, one "pid start-time" line per process it started), the
-start time telling a reused pid apart. Ray must be initialized in this process.
+from `ping`), a rank's training process from its ElasticWorker's status (`process_pid`).
+Every training process the reference script started is in its pid log (`--pid-dir`:
+`<dir>/<actor>.pids`, one "pid start-time" line each, the start time telling a reused pid
+apart), which the leak check reads. Ray must be initialized in this process.
 """
 
 from __future__ import annotations
@@ -56,19 +57,32 @@ def logged_processes(pid_dir: Path, actor: str | None = None) -> list[Proc]:
     return found
 
 
-def training_process(pid_dir: Path, actor: str, timeout_s: float = 60.0) -> Proc:
-    """The live, running training process of `actor` (the last one it logged).
+def start_time(pid: int) -> str:
+    """/proc/<pid>/stat field 22 (clock ticks since boot), '0' if unreadable."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
+
+
+def training_process(actor: str, timeout_s: float = 60.0) -> Proc:
+    """The running training process of a rank, as its ElasticWorker reports it.
 
     Raises:
         TimeoutError: none within `timeout_s` (the rank is between processes for that long).
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        procs = logged_processes(pid_dir, actor)
-        if procs and procs[-1].state() in ("R", "S", "D"):
-            return procs[-1]
+        try:
+            pid = _status(actor, 10).get("process_pid")
+        except Exception:
+            pid = None
+        if pid:
+            proc = Proc(int(pid), start_time(int(pid)))
+            if proc.state() in ("R", "S", "D"):
+                return proc
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no running training process of {actor} logged in {pid_dir}")
+            raise TimeoutError(f"{actor} reported no running training process within {timeout_s:.0f} s")
         time.sleep(0.05)
 
 

@@ -18,7 +18,7 @@ import chaos_faults as faults
 from chaos_check import Injected, LimitCheck
 from chaos_jobs import ROLE, WORKDIR, WORKER_NODE_ARGS, Pipeline, Training
 from chaos_schedule import FaultKind, Planned
-from chaos_watch import Back, JobWatch, back_to_training, back_to_work, leaks, wait_for
+from chaos_watch import Back, Before, JobWatch, Ranks, back_to_training, back_to_work, leaks, wait_for
 
 from dlu_api.status import JobEvent, JobStatus
 
@@ -62,6 +62,7 @@ class TrainingCampaign:
         self.recovery_timeout_s = recovery_timeout_s
         self.job = training.name
         self.watch = JobWatch(self.job, ROLE)
+        self.ranks = _ranks(training)
         self.outcome = Outcome(self.job)
 
     def actor(self, rank: int) -> str:
@@ -80,7 +81,7 @@ class TrainingCampaign:
         if any(p.kind is FaultKind.ELASTIC_MASTER_NODE_CHECK for p in plan):
             self._node_check_kill()
         else:
-            self._settle([], {}, timeout_s=START_TIMEOUT_S, need_event=False)
+            self._settle([], NOTHING, restarted=False, timeout_s=START_TIMEOUT_S, need_event=False)
         origin = time.monotonic()
         for planned in timed:
             due = origin + planned.at
@@ -106,28 +107,26 @@ class TrainingCampaign:
         return self.outcome
 
     # waiting -----------------------------------------------------------------------------------
-    def _before(self) -> dict[str, int]:
+    def _before(self) -> Before:
         current = self.watch.status()
-        return self.watch.steps(current) if current is not None else {}
+        return Before(self.watch.steps(current) if current is not None else {}, self.ranks.pids())
 
     def _settle(
         self,
         injected: list[Injected],
-        before: dict[str, int],
+        before: Before,
+        *,
+        restarted: bool,
         timeout_s: float | None = None,
         need_event: bool = True,
     ) -> Back:
-        """Wait until training is back; stamp the faults just injected with it."""
+        """Wait until training is back; stamp the faults just injected with it. `restarted`:
+        the fault must have replaced every rank's training process."""
         timeout_s = timeout_s or self.recovery_timeout_s
         at = injected[0].at if injected else time.time()
-        if need_event:
-            back = back_to_training(
-                self.watch, at, before, self.training.ranks, self.training.checkpoint_every, timeout_s
-            )
-        else:  # the start: every rank training
-            back = back_to_training(
-                self.watch, at, {}, self.training.ranks, 1, timeout_s, margin=0, need_event=False
-            )
+        back = back_to_training(
+            self.watch, self.ranks, at, before, timeout_s, restarted=restarted, need_event=need_event
+        )
         what = ", ".join(f"{f.kind} on {f.culprit()}" for f in injected) or "the start"
         if back.at is None:
             seen = "; ".join(
@@ -149,29 +148,32 @@ class TrainingCampaign:
     def _inject(self, planned: Planned) -> None:
         kind = planned.kind
         before = self._before()
+        restarts = kind not in (FaultKind.PRIME_MASTER_KILL, FaultKind.PRIME_MASTER_TWICE)
         if kind in (FaultKind.PROC_CRASH, FaultKind.PROC_HANG):
             actor = self.actor(planned.target or 0)
-            proc = faults.training_process(self.training.pid_dir, actor)
+            proc = faults.training_process(actor)
             fault = Injected(kind.value, self.job, time.time(), actor=actor, planned=kind.value)
             (faults.crash_process if kind is FaultKind.PROC_CRASH else faults.hang_process)(proc)
-            self._settle([fault], before)
+            self._settle([fault], before, restarted=restarts)
         elif kind is FaultKind.WORKER_KILL:
-            self._settle([self._kill_actor(self.actor(planned.target or 0), kind)], before)
+            self._settle(
+                [self._kill_actor(self.actor(planned.target or 0), kind)], before, restarted=restarts
+            )
         elif kind is FaultKind.ELASTIC_MASTER_KILL:
-            self._settle([self._kill_actor(self._sub_master(), kind)], before)
+            self._settle([self._kill_actor(self._sub_master(), kind)], before, restarted=restarts)
         elif kind is FaultKind.PRIME_MASTER_KILL:
-            self._settle([self._kill_master(kind)], before)
+            self._settle([self._kill_master(kind)], before, restarted=restarts)
         elif kind is FaultKind.PRIME_MASTER_TWICE:
             first = self._kill_master(kind)
             back_at = self._master_back(first.at)
             second = self._kill_master(kind)
-            self._settle([_stamped(first, back_at, 0), second], before)
+            self._settle([_stamped(first, back_at, 0), second], before, restarted=restarts)
         elif kind is FaultKind.PRIME_MASTER_IN_FAILOVER:
             worker = self._kill_actor(self.actor(planned.target or 0), kind, as_kind=FaultKind.WORKER_KILL)
             self._wait_failover_started(worker.at)
-            self._settle([worker, self._kill_master(kind)], before)
+            self._settle([worker, self._kill_master(kind)], before, restarted=restarts)
         elif kind is FaultKind.NODE_REMOVAL:
-            self._settle([self._remove_node(planned.target or 0)], before)
+            self._settle([self._remove_node(planned.target or 0)], before, restarted=restarts)
         else:
             raise ValueError(f"{kind.value} is not a fault of the training job")
 
@@ -259,7 +261,17 @@ class TrainingCampaign:
             every=0.02,
         )
         fault = self._kill_actor(self._sub_master(), FaultKind.ELASTIC_MASTER_NODE_CHECK)
-        self._settle([fault], {}, timeout_s=START_TIMEOUT_S)
+        self._settle([fault], NOTHING, restarted=False, timeout_s=START_TIMEOUT_S)
+
+
+NOTHING = Before({}, {})
+
+
+def _ranks(training: Training) -> Ranks:
+    from dlu_prime.naming import actor_name
+
+    actors = tuple(actor_name(training.name, ROLE, rank) for rank in range(training.ranks))
+    return Ranks(actors, training.pid_dir, training.checkpoint_every)
 
 
 def _stamped(fault: Injected, settled_at: float | None, lost_steps: int) -> Injected:
@@ -323,16 +335,17 @@ def run_limit_case(training: Training, kills: int = 3) -> tuple[LimitCheck, list
     victim = actor_name(training.name, ROLE, training.ranks - 1)
     watch = JobWatch(training.name, ROLE)
     launcher.submit_job(spec, WORKDIR)
-    back_to_training(watch, time.time(), {}, training.ranks, 1, START_TIMEOUT_S, margin=0, need_event=False)
+    ranks = _ranks(training)
+    back_to_training(watch, ranks, time.time(), NOTHING, START_TIMEOUT_S, restarted=False, need_event=False)
     for kill in range(kills):
         current = watch.status()
         if current is None or current.finished:
             break
-        before = watch.steps(current)
+        before = Before(watch.steps(current), ranks.pids())
         at = time.time()
         faults.kill_pid(faults.actor_pid(victim))
         if kill < kills - 1:
-            back_to_training(watch, at, before, training.ranks, training.checkpoint_every, RECOVERY_TIMEOUT_S)
+            back_to_training(watch, ranks, at, before, RECOVERY_TIMEOUT_S, restarted=True)
     final = watch.wait_stopped(RECOVERY_TIMEOUT_S)
     if final is None:
         launcher.stop_job(training.name)

@@ -102,27 +102,63 @@ class Back:
     stopped: bool = False
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """A training job's ranks as the campaign follows them: their actors and the pid logs in
+    which the training script records each process it starts."""
+
+    actors: tuple[str, ...]
+    pid_dir: Path
+    checkpoint_every: int
+
+    def pids(self) -> dict[str, int | None]:
+        """The latest training process each rank logged."""
+        out: dict[str, int | None] = {}
+        for actor in self.actors:
+            procs = logged_processes(self.pid_dir, actor)
+            out[actor] = procs[-1].pid if procs else None
+        return out
+
+
+@dataclass(frozen=True)
+class Before:
+    """The ranks just before a fault: their steps and processes."""
+
+    steps: dict[str, int]
+    pids: dict[str, int | None]
+
+
+@dataclass
+class _Progress:
+    """What one rank's current process has shown since the campaign first saw it."""
+
+    pid: int | None
+    first: int | None  # the step shown then (possibly the previous process's last)
+    moves: set[int]
+
+
 def back_to_training(
     watch: JobWatch,
+    ranks: Ranks,
     fault_at: float,
-    before: dict[str, int],
-    ranks: int,
-    checkpoint_every: int,
+    before: Before,
     timeout_s: float,
-    margin: int = 2,
+    *,
+    restarted: bool,
     need_event: bool = True,
 ) -> Back:
-    """Wait until a recovery event newer than the fault is on the timeline (unless not
-    `need_event`: the job's start) and then every rank has passed the furthest step seen before
-    the fault by more than `margin` (so only processes running after the recovery can have
-    reported it).
+    """Wait until the job trains again after a fault: a recovery event newer than the fault is on
+    the timeline (unless not `need_event`: the job's start), every rank runs a process started
+    after the fault if the fault `restarted` training, and each of those processes has reported
+    two new steps (collectives across all ranks work again).
 
-    Lost steps: a rank whose step went down resumed from a checkpoint; its first step after
-    that, rounded down to the checkpoint interval, is where training resumed.
+    A step shown right after a restart may still be the old process's last one, and old processes
+    may train on for a moment after a recovery began: only steps that moved while the rank's
+    current process was known count. Lost steps: the lowest new step, rounded down to the
+    checkpoint interval, is where training resumed.
     """
-    top = max(before.values(), default=0)
-    last = dict(before)
-    resumed: int | None = None
+    top = max(before.steps.values(), default=0)
+    progress: dict[str, _Progress] = {}
     seen_event = not need_event
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -132,23 +168,33 @@ def back_to_training(
             time.sleep(POLL_S)
             continue
         if status.stage is JobStage.STOPPED:
-            return Back(None, _lost(top, resumed, checkpoint_every), stopped=True)
+            return Back(None, _lost(top, progress, restarted, ranks.checkpoint_every), stopped=True)
         seen_event = seen_event or bool(watch.recoveries_since(fault_at))
         steps = watch.steps(status)
-        for name, step in steps.items():
-            if step < last.get(name, step):
-                resumed = step if resumed is None else min(resumed, step)
-            last[name] = step
-        if seen_event and len(steps) == ranks and all(s > top + margin for s in steps.values()):
-            return Back(time.time(), _lost(top, resumed, checkpoint_every))
+        for actor, pid in ranks.pids().items():
+            if restarted and pid == before.pids.get(actor):
+                continue
+            step = steps.get(actor)
+            known = progress.get(actor)
+            if known is None or known.pid != pid:
+                progress[actor] = _Progress(pid, step, set())
+            elif step is not None and step != known.first:
+                known.moves.add(step)
+        if (
+            seen_event
+            and len(progress) == len(ranks.actors)
+            and all(len(p.moves) >= 2 for p in progress.values())
+        ):
+            return Back(time.time(), _lost(top, progress, restarted, ranks.checkpoint_every))
         time.sleep(POLL_S)
-    return Back(None, _lost(top, resumed, checkpoint_every))
+    return Back(None, _lost(top, progress, restarted, ranks.checkpoint_every))
 
 
-def _lost(top: int, resumed: int | None, every: int) -> int:
-    if resumed is None:
+def _lost(top: int, progress: dict[str, _Progress], restarted: bool, every: int) -> int:
+    moved = [step for p in progress.values() for step in p.moves]
+    if not restarted or not moved:
         return 0
-    return max(0, top - (max(resumed - 1, 0) // every) * every)
+    return max(0, top - (max(min(moved) - 1, 0) // every) * every)
 
 
 def back_to_work(watch: JobWatch, fault_at: float, actor: str, timeout_s: float) -> Back:
