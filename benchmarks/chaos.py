@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
 
         ray.shutdown()
         cluster.shutdown()
+    for outcome in outcomes:  # the whole timelines, for a post-mortem of any problem reported
+        with open(out / f"{outcome.job}.events.jsonl", "w", encoding="utf-8") as dump:
+            dump.writelines(event.model_dump_json() + "\n" for event in outcome.events)
     report = check(
         [f for o in outcomes for f in o.injected],
         {o.job: o.events for o in outcomes},
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=seed,
         notes=[
             *[n for o in outcomes for n in o.notes],
-            f"ran {(time.monotonic() - began) / 60:.1f} min; outputs in {out}",
+            f"ran {(time.monotonic() - began) / 60:.1f} min; outputs (timelines: *.events.jsonl) in {out}",
         ],
     )
     print("\n".join(report.lines()), flush=True)
