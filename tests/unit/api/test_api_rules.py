@@ -509,7 +509,7 @@ def test_total_not_multiple_fix_suggests_a_multiple() -> None:
 def test_memory_fix_names_the_unit() -> None:
     [problem] = check_spec(build(on("evaluator", resources={"memory": 4096})))
     assert "4096MiB" in problem.fix
-    assert "4GiB" in problem.fix
+    assert "(4 GiB)" in problem.fix
 
 
 def test_unknown_collocated_role_fix_lists_roles() -> None:

@@ -12,7 +12,7 @@ from dlu_api.errors import Problem, SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import DeviceType, JobSpec, RoleKind, RoleSpec
 from dlu_api.spec.torchrun import parse_torchrun
-from dlu_api.spec.units import SUSPICIOUS_BYTES, format_memory
+from dlu_api.spec.units import SUSPICIOUS_BYTES, format_bytes
 
 Rule = Callable[[JobSpec], Iterator[Problem]]
 
@@ -271,7 +271,7 @@ def memory_in_bytes(spec: JobSpec) -> Iterator[Problem]:
                 field,
                 f"{value} bytes is less than 1 MiB; memory is in bytes, so this looks like "
                 "megabytes or gigabytes.",
-                f"write the unit, e.g. '{value}MiB' ({format_memory(value * 1024**2)}) or '{value}GiB'.",
+                f"write the unit, e.g. '{value}MiB' ({format_bytes(value * 1024**2)}) or '{value}GiB'.",
             )
 
 
