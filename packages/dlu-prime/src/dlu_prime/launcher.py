@@ -127,7 +127,11 @@ def _check_resumable(spec: JobSpec) -> None:
     stored = create_state_store(spec.state_store.name, spec.state_store.options).get(spec.name)
     problem = resume_problem(spec, JobState.loads(stored.data) if stored is not None else None)
     if problem is not None:
-        raise SpecError([Problem("name", problem, "check the job name and its state store.")])
+        fix = (
+            f"set name to a job stored in state_store {spec.state_store.name!r}, or point state_store "
+            f"at the store that holds job {spec.name!r}."
+        )
+        raise SpecError([Problem("name", problem, fix)])
 
 
 def job_status(job: str, events: int = 50) -> JobStatus | None:
