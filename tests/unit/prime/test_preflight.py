@@ -163,3 +163,16 @@ def test_preflight_imports_no_ray() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+def test_a_resume_with_nothing_stored_says_which_store_was_read() -> None:
+    from dlu_prime.launcher import _check_resumable  # pyright: ignore[reportPrivateUsage]
+
+    with pytest.raises(SpecError) as info:
+        _check_resumable(job(role(), state_store={"name": "memory"}))
+    [problem] = info.value.problems
+    assert problem.field == "name"
+    assert problem.fix == (
+        "set name to a job stored in state_store 'memory', or point state_store at the store that "
+        "holds job 'pf'."
+    )
