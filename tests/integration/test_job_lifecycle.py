@@ -159,8 +159,8 @@ def test_resubmitted_job_does_not_reuse_finished_state(ray_session: Any) -> None
         ([role("worker", "missing_script.py --x 1")], "roles[worker].entrypoint", "does not exist"),
         (
             [{**role("worker", "workloads:quick", total=2), "resources": {"cpu": 100}}],
-            "roles",
-            "CPU",
+            "roles[worker].resources.cpu",
+            "201 CPU in all (roles[worker] 200, the PrimeMaster 1) but the cluster has 8",
         ),
     ],
 )

@@ -482,13 +482,26 @@ def _job(**role: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("data", "field", "fix_part"),
     [
-        ({**_job(), "colour": "red"}, "colour", "remove it"),
-        (_job(speed=3), "roles[trainer].speed", "remove it"),
-        (_job(resources={"cpu": "lots"}), "roles[trainer].resources.cpu", "dlu schema"),
+        (
+            {**_job(), "colour": "red"},
+            "colour",
+            "remove 'colour'; the top level of the spec takes: api_version",
+        ),
+        (_job(speed=3), "roles[trainer].speed", "remove 'speed'; roles[trainer] takes: name, kind"),
+        (_job(pergroup=3), "roles[trainer].pergroup", "or rename it to 'per_group'"),
+        (
+            _job(resources={"cpu": "lots"}),
+            "roles[trainer].resources.cpu",
+            "set cpu to a number, e.g. cpu: 1.0",
+        ),
         (_job(resources={"cpu": -1}), "roles[trainer].resources.cpu", ">= 0"),
-        (_job(resources={"memory": "4XB"}), "roles[trainer].resources.memory", "dlu schema"),
-        (_job(resources={"custom": {"GPU": 1}}), "roles[trainer].resources.custom", "dlu schema"),
-        (_job(total="many"), "roles[trainer].total", "dlu schema"),
+        (_job(resources={"memory": "4XB"}), "roles[trainer].resources.memory", "e.g. memory: 4GiB"),
+        (_job(resources={"custom": {"GPU": 1}}), "roles[trainer].resources.custom", "cpu, gpu and memory"),
+        (_job(total="many"), "roles[trainer].total", "set total to a whole number, e.g. total: 1"),
+        (_job(is_driver="maybe"), "roles[trainer].is_driver", "set is_driver to true or false"),
+        (_job(env={"A": 1}), "roles[trainer].env.A", "e.g. A: '8'"),
+        ({**_job(), "health": "x"}, "health", "it takes: heartbeat_interval_s"),
+        ({**_job(), "roles": "x"}, "roles", "make roles a list"),
         (_job(kind="weird"), "roles[trainer].kind", "'simple', 'elastic' or 'custom'"),
         (_job(kind="elastic", elastic={"nnodes": "3:1"}), "roles[trainer].elastic.nnodes", ""),
         (_job(elastic={"nproc_per_node": 0}), "roles[trainer].elastic.nproc_per_node", ">= 1"),
@@ -496,7 +509,7 @@ def _job(**role: Any) -> dict[str, Any]:
         (_job(name="9lives"), "roles[9lives].name", "match the pattern"),
         ({**_job(), "name": "Bad_Name"}, "name", "match the pattern"),
         ({**_job(), "name": "-x"}, "name", "match the pattern"),
-        ({"name": "ok"}, "roles", "add roles"),
+        ({"name": "ok"}, "roles", "add 'roles:' to the top level of the spec"),
         ({"name": "ok", "roles": []}, "roles", "at least 1"),
         ({**_job(), "api_version": "dlu/v0"}, "api_version", "'dlu/v1'"),
         ({**_job(), "device_type": "TPU"}, "device_type", "'GPU' or 'CPU'"),
@@ -504,7 +517,7 @@ def _job(**role: Any) -> dict[str, Any]:
         ({**_job(), "health": {"heartbeat_interval_s": 0}}, "health.heartbeat_interval_s", "> 0"),
         ({**_job(), "limits": {"job_max_restart": -1}}, "limits.job_max_restart", ">= 0"),
         ({**_job(), "master": {"memory": True}}, "master.memory", ""),
-        ({**_job(), "state_store": {"nme": "redis"}}, "state_store.nme", "remove it"),
+        ({**_job(), "state_store": {"nme": "redis"}}, "state_store.nme", "rename it to 'name'"),
     ],
 )
 def test_pydantic_errors_become_problems_with_readable_fields(
@@ -514,6 +527,7 @@ def test_pydantic_errors_become_problems_with_readable_fields(
     assert field in problems, problems
     assert problems[field]
     assert fix_part in problems[field]
+    assert "dlu schema" not in problems[field]  # each fix says what to write, here
 
 
 def test_pydantic_errors_use_role_names_and_report_all() -> None:
@@ -531,7 +545,7 @@ def test_pydantic_errors_use_role_names_and_report_all() -> None:
     got = {p.field for p in info.value.problems}
     assert got == {"name", "extra", "roles[a].resources.cpu", "roles[b].total", "roles[2].name"}
     missing = next(p for p in info.value.problems if p.field == "roles[2].name")
-    assert missing.fix == "add name."
+    assert missing.fix == "add 'name:' to roles[2]."
 
 
 def test_validate_false_skips_rules_but_not_types() -> None:

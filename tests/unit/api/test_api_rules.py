@@ -509,7 +509,7 @@ def test_total_not_multiple_fix_suggests_a_multiple() -> None:
 def test_memory_fix_names_the_unit() -> None:
     [problem] = check_spec(build(on("evaluator", resources={"memory": 4096})))
     assert "4096MiB" in problem.fix
-    assert "4GiB" in problem.fix
+    assert "(4 GiB)" in problem.fix
 
 
 def test_unknown_collocated_role_fix_lists_roles() -> None:
@@ -553,3 +553,27 @@ def test_ensure_valid_raises_with_the_check_spec_problems() -> None:
         ensure_valid(spec)
     assert info.value.problems == check_spec(spec)
     assert fields(info.value.problems) == ["roles", "roles[evaluator].total"]
+
+
+@pytest.mark.parametrize(
+    ("mutations", "needle"),
+    [
+        (
+            [on("trainer", entrypoint="run this please")],
+            "write roles[trainer].entrypoint in one of the forms",
+        ),
+        (
+            [on("trainer", entrypoint="torchrun --bogus train.py")],
+            "fix the torchrun command in roles[trainer]",
+        ),
+        ([on("evaluator", env={"A=B": "1"})], "rename it in roles[evaluator].env to a name without '='"),
+        (
+            [job(health={"heartbeat_interval_s": 10, "heartbeat_timeout_s": 3})],
+            "heartbeat_timeout_s to several",
+        ),
+    ],
+)
+def test_fixes_name_the_field_and_an_example(mutations: list[Mutation], needle: str) -> None:
+    [problem] = check_spec(build(*mutations))
+    assert needle in problem.fix
+    assert "e.g." in problem.fix

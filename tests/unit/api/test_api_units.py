@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dlu_api.spec.units import SUSPICIOUS_BYTES, format_memory, parse_memory
+from dlu_api.spec.units import (
+    SUSPICIOUS_BYTES,
+    format_amount,
+    format_bytes,
+    format_memory,
+    format_resources,
+    parse_memory,
+)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +105,33 @@ def test_format_memory(size: int, text: str) -> None:
 
 def test_suspicious_threshold_is_one_mebibyte() -> None:
     assert parse_memory("1MiB") == SUSPICIOUS_BYTES
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (0, "0 B"),
+        (900, "900 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (512 * 2**20, "512 MiB"),
+        (16 * 2**30, "16 GiB"),
+        (1.63174e10, "15.2 GiB"),  # Ray reports memory as a float: never printed as 1.63174e+10
+        (16.3 * 2**30, "16.3 GiB"),
+        (1.04 * 2**30, "1.04 GiB"),
+        (999 * 2**20, "999 MiB"),
+        (2**40 * 3, "3 TiB"),
+        (-2048, "-2 KiB"),
+    ],
+)
+def test_format_bytes_is_three_digits_and_a_binary_unit(size: float, text: str) -> None:
+    assert format_bytes(size) == text
+
+
+def test_format_resources_prints_bytes_in_units_and_drops_node_markers() -> None:
+    text = format_resources(
+        {"memory": 1.63174e10, "CPU": 8.0, "object_store_memory": 2**30, "node:127.0.0.1": 1.0, "GPU": 0.5}
+    )
+    assert text == "CPU 8, GPU 0.5, memory 15.2 GiB, object_store_memory 1 GiB"
+    assert format_amount("memory", 2**31) == "2 GiB"
+    assert format_amount("CPU", 2.0) == "2"

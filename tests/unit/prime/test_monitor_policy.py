@@ -1,4 +1,4 @@
-"""The monitoring policy as a pure function: `assess`, `track_steps` and `failure_reason`.
+"""The monitoring policy as a pure function: `assess`, `track_steps` and `track_beats`.
 
 No scheduler and no clock: observations and `now` are plain values, so every rule of the health
 seed (death, FAILED, pushed errors, stale heartbeats, hangs) is checked case by case.
@@ -14,7 +14,7 @@ import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_prime.master.manager import new_state
-from dlu_prime.master.monitor import Failure, assess, failure_reason, track_beats, track_steps
+from dlu_prime.master.monitor import Failure, assess, track_beats, track_steps
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
@@ -412,16 +412,3 @@ def test_track_steps_and_assess_detect_a_hang_over_several_passes() -> None:
         result = assess(state, seen, now, steps)
         judged.append((now - NOW, tuple(f"{f.actor}:{f.kind}" for f in result.failures)))
     assert judged == [(0, ()), (10, ()), (20, ()), (30, ()), (31, (f"{T0}:hang",))]
-
-
-# failure_reason --------------------------------------------------------------------------------
-def test_failure_reason_puts_the_last_traceback_line_first() -> None:
-    reason = failure_reason(Failure(T0, "trainer", "failed", TRACEBACK, "abcdef0123456789abcdef"))
-    first, *rest = reason.splitlines()
-    assert first == f"{T0} (failed on node abcdef012345): ValueError: boom"
-    assert "\n".join(rest) == TRACEBACK.rstrip()
-
-
-def test_failure_reason_without_node() -> None:
-    reason = failure_reason(Failure(T0, "trainer", "hang", "stuck", None))
-    assert reason == f"{T0} (hang): stuck\nstuck"

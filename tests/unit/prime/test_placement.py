@@ -17,6 +17,7 @@ from dlu_prime.scheduler import (
     master_options,
     plan_placement,
 )
+from dlu_prime.scheduler.placement import unplaced_message
 
 GiB = 1024**3
 
@@ -101,6 +102,23 @@ def test_memory_is_bytes_in_bundle_and_actor_options() -> None:
     assert plan.groups[0].bundles[0].resources["memory"] == 4294967296
     assert plan.actors[0].options["memory"] == 4294967296
     assert isinstance(plan.actors[0].options["memory"], int)
+
+
+def test_a_group_that_cannot_be_placed_says_what_it_needs_in_units() -> None:
+    spec = spec_from_dict(
+        {
+            "name": "mem",
+            "device_type": "CPU",
+            "roles": [{"name": "w", "entrypoint": "m:f", "total": 2, "resources": {"memory": "4GiB"}}],
+        }
+    )
+    group = plan_placement(spec).groups[0]
+    text = unplaced_message(group, 60.0, {"CPU": 3.0, "memory": 1.63174e10, "node:127.0.0.1": 1.0})
+    assert text == (
+        f"placement group {group.pg_name} (roles w) could not be placed in 60s with strategy PACK; it "
+        "needs bundles {CPU 1, memory 4 GiB}; {CPU 1, memory 4 GiB} and the cluster has CPU 3, "
+        "memory 15.2 GiB available"
+    )
 
 
 def test_actor_options_are_one_actors_request(plan: PlacementPlan) -> None:

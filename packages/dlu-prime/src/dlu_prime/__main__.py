@@ -87,10 +87,14 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from dlu_prime import launcher
+    from dlu_prime import preflight, ray_env
 
     spec = load_spec(args.spec) if args.spec else spec_from_dict(json.loads(args.spec_json))
     workdir = args.workdir or os.getcwd()
+    preflight.check(spec, workdir)  # what needs no Ray, before joining it
+    ray_env.connect(args.address)
+    from dlu_prime import launcher
+
     signal.signal(signal.SIGTERM, _raise_terminated)
     created = False
     try:
@@ -172,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     from dlu_prime import ray_env
 
     try:
-        ray_env.connect(args.address)
         if args.command == "launch":
-            return _launch(args)
+            return _launch(args)  # joins Ray after the checks that need none
+        ray_env.connect(args.address)
         if args.command == "stop":
             return _stop(args)
         if args.command == "debug":

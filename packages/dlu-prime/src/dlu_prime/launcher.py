@@ -6,30 +6,25 @@ all go through these functions, so a job behaves the same wherever it was starte
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from dlu_api.errors import JobNameTakenError, Problem, SpecError
-from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
-from dlu_api.spec.models import JobSpec, RoleKind
+from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
-from dlu_api.spec.torchrun import parse_torchrun
 from dlu_api.status import JobStage, JobStatus
+from dlu_prime import preflight as checks
 from dlu_prime.master.actor import PrimeMaster
 from dlu_prime.master.lost import close_lost_job
 from dlu_prime.master.state import JobState
 from dlu_prime.naming import NAMESPACE, master_name
-from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.cleanup import remove_job_resources
-from dlu_prime.scheduler.placement import master_options, plan_placement
+from dlu_prime.scheduler.placement import master_options
 from dlu_prime.state.base import StateStoreError, create_state_store
 
 logger = logging.getLogger(__name__)
@@ -38,152 +33,30 @@ StatusCallback = Callable[[JobStatus], None]
 
 
 # checks before anything starts ------------------------------------------------------------------
-def _resource_problems(spec: JobSpec) -> list[Problem]:
-    """Compare what the job's placement groups need with what the cluster has."""
-    total: dict[str, float] = {str(k): float(v) for k, v in ray.cluster_resources().items()}
-    need: dict[str, float] = {}
-    biggest: dict[str, float] = {}
-    master = master_options(spec)
-    master_needs: dict[str, float] = {"CPU": float(master.get("num_cpus", 0.0))}
-    if master.get("memory"):
-        master_needs["memory"] = float(master["memory"])
-    master_needs.update(master.get("resources") or {})
-    bundles = [b.resources for g in plan_placement(spec).groups for b in g.bundles] + [master_needs]
-    for resources in bundles:
-        for name, amount in resources.items():
-            need[name] = need.get(name, 0.0) + amount
-            biggest[name] = max(biggest.get(name, 0.0), amount)
-    problems: list[Problem] = []
-    for name, amount in sorted(need.items()):
-        have = float(total.get(name, 0.0))
-        if amount > have + 1e-9:
-            problems.append(
-                Problem(
-                    "roles",
-                    f"the job needs {amount:g} {name} in all (PrimeMaster included) but the cluster "
-                    f"has {have:g}.",
-                    f"lower the roles' {name} requests or total (or master.cpu), or add nodes with {name}.",
-                )
-            )
-    node_max: dict[str, float] = {}
-    for node in ray.nodes():
-        if node.get("Alive"):
-            for name, amount in (node.get("Resources") or {}).items():
-                node_max[name] = max(node_max.get(name, 0.0), float(amount))
-    for name, amount in sorted(biggest.items()):
-        if (
-            name in need
-            and need[name] <= float(total.get(name, 0.0))
-            and amount > node_max.get(name, 0.0) + 1e-9
-        ):
-            problems.append(
-                Problem(
-                    "roles",
-                    f"one placement bundle needs {amount:g} {name} but the largest node has "
-                    f"{node_max.get(name, 0.0):g}.",
-                    "lower per_group or the per-actor request so a bundle fits on one node.",
-                )
-            )
-    return problems
-
-
-def _module_found(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _entrypoint_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
-    """Entrypoints that cannot be found from here (modules by spec, scripts by path)."""
-    problems: list[Problem] = []
-    added = workdir is not None and workdir not in sys.path
-    if added and workdir is not None:
-        sys.path.insert(0, workdir)
-    try:
-        for role in spec.roles:
-            entry = parse_entrypoint(role.entrypoint)
-            if entry.kind is EntrypointKind.TORCHRUN:
-                entry = parse_entrypoint(parse_torchrun(role.entrypoint).entrypoint)
-            field = f"roles[{role.name}].entrypoint"
-            if entry.kind in (EntrypointKind.OBJECT, EntrypointKind.MODULE):
-                module = entry.module if entry.kind is EntrypointKind.OBJECT else entry.target
-                if not _module_found(module):
-                    problems.append(
-                        Problem(
-                            field,
-                            f"module {module!r} cannot be imported (searched from {workdir or 'the cluster'}).",
-                            "check the spelling, install the package, or run from the directory that holds it.",
-                        )
-                    )
-            sub_master = sub_master_path(role)
-            if sub_master is not None and not _module_found(sub_master.partition(":")[0]):
-                fix = (
-                    "install dlu-elastic where the job runs (`pip install dlu-elastic`)."
-                    if role.kind is RoleKind.ELASTIC
-                    else "check the module path of sub_master."
-                )
-                problems.append(
-                    Problem(
-                        f"roles[{role.name}].sub_master"
-                        if role.kind is RoleKind.CUSTOM
-                        else f"roles[{role.name}].kind",
-                        f"the SubMaster {sub_master!r} cannot be imported.",
-                        fix,
-                    )
-                )
-            if entry.kind is EntrypointKind.SCRIPT:
-                path = Path(entry.target)
-                if not path.is_absolute() and workdir:
-                    path = Path(workdir) / path
-                if not path.is_file():
-                    problems.append(Problem(field, f"script {str(path)!r} does not exist.", "fix the path."))
-    finally:
-        if added and workdir in sys.path:
-            sys.path.remove(workdir)
-    return problems
-
-
-def _store_problems(spec: JobSpec) -> list[Problem]:
-    try:
-        create_state_store(spec.state_store.name, spec.state_store.options).close()
-    except StateStoreError as exc:
-        return [Problem("state_store", str(exc), "pick an installed store or fix its options.")]
-    return []
-
-
 def preflight(spec: JobSpec, workdir: str | None) -> None:
-    """Reject a job that cannot run, before any actor or placement group exists.
+    """Reject a job that cannot run, before any actor or placement group exists: the checks that
+    need no Ray (`dlu_prime.preflight`, which a local run has already passed before starting Ray)
+    and the job's resources against the connected cluster's.
 
     Raises:
         SpecError: every problem found.
     """
     ensure_valid(spec)
-    problems = (
-        _resource_problems(spec)
-        + _entrypoint_problems(spec, workdir)
-        + _store_problems(spec)
-        + _extension_problems(spec, workdir)
-    )
+    problems = _cluster_resource_problems(spec) + checks.code_problems(spec, workdir)
     if problems:
         raise SpecError(problems)
 
 
-def _extension_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
-    from dlu_prime.extension import ExtensionError, load_extension
-
-    try:
-        load_extension(spec, workdir)
-    except ExtensionError as exc:
-        return [
-            Problem(
-                "extension",
-                str(exc),
-                "install the package that registers it in 'dlu.extensions', fix the 'module:Class' "
-                "path, or remove the field (nodes are then not relaunched)",
-            )
-        ]
-    return []
+def _cluster_resource_problems(spec: JobSpec) -> list[Problem]:
+    total: dict[str, float] = {str(k): float(v) for k, v in ray.cluster_resources().items()}
+    node_max: dict[str, float] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for name, amount in (node.get("Resources") or {}).items():
+                node_max[name] = max(node_max.get(name, 0.0), float(amount))
+    demand = checks.job_demand(spec)
+    have = {name: total.get(name, 0.0) for name in demand.total}  # a resource it lacks: 0
+    return checks.resource_problems(spec, have, node_max, where="the cluster")
 
 
 # master lifecycle -------------------------------------------------------------------------------
@@ -254,7 +127,11 @@ def _check_resumable(spec: JobSpec) -> None:
     stored = create_state_store(spec.state_store.name, spec.state_store.options).get(spec.name)
     problem = resume_problem(spec, JobState.loads(stored.data) if stored is not None else None)
     if problem is not None:
-        raise SpecError([Problem("name", problem, "check the job name and its state store.")])
+        fix = (
+            f"set name to a job stored in state_store {spec.state_store.name!r}, or point state_store "
+            f"at the store that holds job {spec.name!r}."
+        )
+        raise SpecError([Problem("name", problem, fix)])
 
 
 def job_status(job: str, events: int = 50) -> JobStatus | None:

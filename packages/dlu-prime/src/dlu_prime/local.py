@@ -19,9 +19,8 @@ from typing import Any
 from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
-from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
-from dlu_prime import launcher, ray_env, roles
+from dlu_prime import launcher, preflight, ray_env, roles
 from dlu_prime.master.state import MAX_EVENTS
 
 HOME_ENV = "DLU_HOME"
@@ -130,7 +129,8 @@ class LocalJobClient(JobClient):
         return self._submit(spec, resume=True)
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
-        ensure_valid(spec)
+        # Before Ray or any zygote starts: a job that cannot run here is refused at no cost.
+        preflight.check_local(spec, os.getcwd(), self._ray_options)
         if self._address is None:  # the embedded Ray starts here: warm this node up beside it
             roles.warm_up_this_node(spec.roles)
         self._ensure_ray()

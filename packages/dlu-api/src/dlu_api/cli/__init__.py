@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli.render import ProgressPrinter, status_text
 from dlu_api.client import connect
 from dlu_api.errors import DLUError, SpecError
 from dlu_api.spec.entrypoint import is_torchrun_command
-from dlu_api.spec.io import job_schema, load_spec, spec_from_dict
+from dlu_api.spec.io import job_schema, load_spec, read_spec_data, spec_from_dict
 from dlu_api.spec.models import JobSpec
 
 app = typer.Typer(
@@ -62,15 +61,10 @@ def _spec_from_args(args: list[str], name: str | None, device_type: str | None) 
         updates["name"] = name
     if device_type:
         updates["device_type"] = device_type.upper()
-    spec = load_spec(args[0], validate=not updates)
-    if not updates:
-        return spec
-    # Override the file as written, not the loaded spec: values derived from the old ones (an
+    data = read_spec_data(args[0])
+    # Override the file as written, not a loaded spec: values derived from the old ones (an
     # elastic rank's GPU count follows device_type) must be derived afresh, then checked.
-    path = Path(args[0])
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    return spec_from_dict({**data, **updates})
+    return spec_from_dict({**data, **updates} if isinstance(data, dict) and updates else data)
 
 
 @app.command()

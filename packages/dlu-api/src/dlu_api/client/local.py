@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
 
 from dlu_api.client.base import JobClient
@@ -12,8 +13,9 @@ if TYPE_CHECKING:
     from dlu_api.spec.models import JobSpec
 
 LOCAL_CLIENT_PATH = "dlu_prime.local:LocalJobClient"
-# Imports no Ray: it runs before the local client is imported.
+# Import no Ray: they run before the local client is imported.
 LOCAL_WARMUP_PATH = "dlu_prime.roles:warm_up_this_node"
+LOCAL_PREFLIGHT_PATH = "dlu_prime.preflight:check_local"
 
 INSTALL_HINT = (
     "Running a job on this machine needs dlu-prime (the DLU control plane, with Ray). "
@@ -49,6 +51,22 @@ def local_client() -> JobClient:
     if not isinstance(client, JobClient):
         raise MissingComponentError(f"{LOCAL_CLIENT_PATH} is not a JobClient; reinstall dlu-prime.")
     return client
+
+
+def check_local(spec: JobSpec) -> None:
+    """Refuse `spec` if it cannot run on this machine (missing script or module, more CPUs, GPUs
+    or memory than there are, ...) before anything starts: no Ray, no zygote. Without dlu-prime
+    it does nothing: `local_client` says what to install.
+
+    Raises:
+        SpecError: every problem found.
+    """
+    module_name, _, attr = LOCAL_PREFLIGHT_PATH.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        return
+    getattr(module, attr)(spec, os.getcwd(), {})
 
 
 def warm_up_local(spec: JobSpec) -> None:

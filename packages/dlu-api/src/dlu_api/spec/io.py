@@ -1,4 +1,8 @@
-"""Reading and writing job specs as YAML or JSON; pydantic errors become `SpecError`s."""
+"""Reading and writing job specs as YAML or JSON; pydantic errors become `SpecError`s.
+
+A spec file must be UTF-8 and may not write a key twice in one mapping (YAML and JSON loaders
+would keep the last silently): both are refused naming the file, the key and its lines.
+"""
 
 from __future__ import annotations
 
@@ -10,57 +14,22 @@ import yaml
 from pydantic import ValidationError
 
 from dlu_api.errors import Problem, SpecError
+from dlu_api.spec.fixes import field_path, problems_from_validation
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
+from dlu_api.spec.strict import DuplicateKey, load_json, load_yaml
 
-
-def _child(node: Any, part: int | str) -> Any:
-    if isinstance(part, int):
-        items: list[Any] = node if isinstance(node, list) else []  # pyright: ignore[reportUnknownVariableType]
-        return items[part] if part < len(items) else None
-    mapping: dict[str, Any] = node if isinstance(node, dict) else {}  # pyright: ignore[reportUnknownVariableType]
-    return mapping.get(part)
-
-
-def _path(loc: tuple[int | str, ...], data: Any) -> str:
-    """'roles[trainer].total' from pydantic's ('roles', 0, 'total'), using role names when known."""
-    out = ""
-    node: Any = data
-    for part in loc:
-        node = _child(node, part)
-        if isinstance(part, int):
-            name: Any = _child(node, "name")
-            out += f"[{name if isinstance(name, str) else part}]"
-        else:
-            out += f".{part}" if out else part
-    return out or "spec"
-
-
-def _fix(kind: str, ctx: dict[str, Any], field: str) -> str:
-    leaf = field.rsplit(".", 1)[-1]
-    if kind == "missing":
-        return f"add {leaf}."
-    if kind == "extra_forbidden":
-        return "remove it; `dlu schema` lists the fields a spec may have."
-    if kind in ("greater_than_equal", "greater_than"):
-        bound = ctx.get("ge", ctx.get("gt"))
-        return f"use a value {'>=' if kind == 'greater_than_equal' else '>'} {bound}."
-    if kind == "string_pattern_mismatch":
-        return f"match the pattern {ctx.get('pattern')} (e.g. lowercase letters, digits and '-')."
-    if kind in ("enum", "literal_error"):
-        return f"use one of {ctx.get('expected')}."
-    if kind == "too_short":
-        return f"give at least {ctx.get('min_length')} item(s)."
-    return "see `dlu schema` for the expected type."
-
-
-def problems_from_validation(error: ValidationError, data: Any) -> list[Problem]:
-    problems: list[Problem] = []
-    for item in error.errors(include_url=False):
-        field = _path(tuple(item["loc"]), data)
-        message = item["msg"].removeprefix("Value error, ")
-        problems.append(Problem(field, message + ".", _fix(item["type"], dict(item.get("ctx") or {}), field)))
-    return problems
+__all__ = [
+    "dump_spec",
+    "job_schema",
+    "load_spec",
+    "load_spec_text",
+    "problems_from_validation",
+    "read_spec_data",
+    "spec_from_dict",
+    "spec_text_data",
+    "spec_to_dict",
+]
 
 
 def spec_from_dict(data: Any, *, validate: bool = True) -> JobSpec:
@@ -80,34 +49,88 @@ def spec_from_dict(data: Any, *, validate: bool = True) -> JobSpec:
     return ensure_valid(spec) if validate else spec
 
 
-def load_spec_text(text: str, *, fmt: str = "yaml", validate: bool = True) -> JobSpec:
+def spec_text_data(text: str, *, fmt: str = "yaml", source: str = "the spec") -> Any:
+    """Plain data from YAML (a superset of JSON) or strict JSON text; `source` names it in errors.
+
+    Raises:
+        SpecError: unparsable text, or a key written twice in one mapping.
+    """
+    kind = fmt.upper()
+    try:
+        data, duplicates = load_json(text) if fmt == "json" else load_yaml(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(
+            [Problem("spec", f"cannot parse {kind} in {source}: {exc}", f"fix the {kind} syntax there.")]
+        ) from None
+    if duplicates:
+        raise SpecError([_duplicate_problem(d, data, source, kind) for d in duplicates])
+    return data
+
+
+def _duplicate_problem(duplicate: DuplicateKey, data: Any, source: str, kind: str) -> Problem:
+    where = field_path(duplicate.loc, data) if duplicate.loc else "the top level"
+    lines = ", ".join(map(str, duplicate.lines))
+    return Problem(
+        field_path((*duplicate.loc, duplicate.key), data),
+        f"{source} sets {duplicate.key!r} {len(duplicate.lines)} times in {where} (lines {lines}); "
+        f"{kind} keeps only the last, so the others would be ignored without a word.",
+        f"keep one {duplicate.key!r} in {where}: delete or rename the one(s) on line(s) "
+        f"{', '.join(map(str, duplicate.lines[1:]))}.",
+    )
+
+
+def load_spec_text(
+    text: str, *, fmt: str = "yaml", validate: bool = True, source: str = "the spec"
+) -> JobSpec:
     """Parse a spec from YAML (a superset of JSON) or strict JSON text.
 
     Raises:
-        SpecError: unparsable text or an invalid spec.
+        SpecError: unparsable text, a duplicate key, or an invalid spec.
     """
+    return spec_from_dict(spec_text_data(text, fmt=fmt, source=source), validate=validate)
+
+
+def read_spec_data(path: str | Path) -> Any:
+    """The plain data of a spec file; `.json` is read as JSON, anything else as YAML.
+
+    Raises:
+        SpecError: the file is missing, not UTF-8, unparsable, or writes a key twice.
+    """
+    file = Path(path)
     try:
-        data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SpecError([Problem("spec", f"cannot parse {fmt.upper()}: {exc}", "fix the syntax.")]) from None
-    return spec_from_dict(data, validate=validate)
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise SpecError(
+            [Problem("spec", f"cannot read {file}: {exc.strerror}.", "check the path.")]
+        ) from None
+    try:
+        text = raw.decode("utf-8-sig")  # a byte order mark is allowed, and dropped
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise SpecError(
+            [
+                Problem(
+                    "spec",
+                    f"{file} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, column "
+                    f"{column} is not valid UTF-8. A spec file must be UTF-8.",
+                    f"save {file} as UTF-8 (an editor's 'save with encoding', or e.g. "
+                    f"`iconv -f LATIN1 -t UTF-8 {file}` for a Latin-1 file).",
+                )
+            ]
+        ) from None
+    fmt = "json" if file.suffix.lower() == ".json" else "yaml"
+    return spec_text_data(text, fmt=fmt, source=str(file))
 
 
 def load_spec(path: str | Path, *, validate: bool = True) -> JobSpec:
     """Load a spec file; `.json` is read as JSON, anything else as YAML.
 
     Raises:
-        SpecError: the file is missing, unparsable or invalid.
+        SpecError: the file is missing, not UTF-8, unparsable, writes a key twice, or is invalid.
     """
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(
-            [Problem("spec", f"cannot read {file}: {exc.strerror}.", "check the path.")]
-        ) from None
-    fmt = "json" if file.suffix.lower() == ".json" else "yaml"
-    return load_spec_text(text, fmt=fmt, validate=validate)
+    return spec_from_dict(read_spec_data(path), validate=validate)
 
 
 def spec_to_dict(spec: JobSpec) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dlu_api.errors import Problem, SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import DeviceType, JobSpec, RoleKind, RoleSpec
 from dlu_api.spec.torchrun import parse_torchrun
-from dlu_api.spec.units import SUSPICIOUS_BYTES, format_memory
+from dlu_api.spec.units import SUSPICIOUS_BYTES, format_bytes
 
 Rule = Callable[[JobSpec], Iterator[Problem]]
 
@@ -181,7 +181,12 @@ def entrypoints_parse(spec: JobSpec) -> Iterator[Problem]:
         try:
             entry = parse_entrypoint(role.entrypoint)
         except ValueError as exc:
-            yield Problem(_at(role, "entrypoint"), f"{exc}.", "use one of the forms listed.")
+            yield Problem(
+                _at(role, "entrypoint"),
+                f"{exc}.",
+                f"write {_at(role, 'entrypoint')} in one of the forms listed, e.g. 'train.py --lr 0.1' "
+                "or 'mypkg.train:main'.",
+            )
             continue
         if entry.kind is EntrypointKind.TORCHRUN:
             if role.kind is not RoleKind.ELASTIC:
@@ -194,7 +199,12 @@ def entrypoints_parse(spec: JobSpec) -> Iterator[Problem]:
             try:
                 cmd = parse_torchrun(role.entrypoint)
             except ValueError as exc:
-                yield Problem(_at(role, "entrypoint"), f"{exc}.", "fix the torchrun command line.")
+                yield Problem(
+                    _at(role, "entrypoint"),
+                    f"{exc}.",
+                    f"fix the torchrun command in {_at(role, 'entrypoint')} as the message says, e.g. "
+                    "'torchrun --nnodes=2 --nproc-per-node=4 train.py'.",
+                )
                 continue
             elastic = role.elastic
             if elastic is not None and (cmd.min_nodes, cmd.max_nodes) != (
@@ -271,7 +281,7 @@ def memory_in_bytes(spec: JobSpec) -> Iterator[Problem]:
                 field,
                 f"{value} bytes is less than 1 MiB; memory is in bytes, so this looks like "
                 "megabytes or gigabytes.",
-                f"write the unit, e.g. '{value}MiB' ({format_memory(value * 1024**2)}) or '{value}GiB'.",
+                f"write the unit, e.g. '{value}MiB' ({format_bytes(value * 1024**2)}) or '{value}GiB'.",
             )
 
 
@@ -289,7 +299,11 @@ def env_names_are_valid(spec: JobSpec) -> Iterator[Problem]:
     for field, env in places:
         for key in env:
             if not key or "=" in key or "\0" in key:
-                yield Problem(field, f"{key!r} is not an environment variable name.", "rename it.")
+                yield Problem(
+                    field,
+                    f"{key!r} is not an environment variable name.",
+                    f"rename it in {field} to a name without '=' or NUL characters, e.g. MY_SETTING.",
+                )
 
 
 def health_is_sound(spec: JobSpec) -> Iterator[Problem]:
@@ -299,7 +313,8 @@ def health_is_sound(spec: JobSpec) -> Iterator[Problem]:
             "health.heartbeat_timeout_s",
             f"{health.heartbeat_timeout_s:g}s is not longer than the heartbeat interval "
             f"{health.heartbeat_interval_s:g}s, so every worker would look stale.",
-            "make the timeout several heartbeat intervals long.",
+            f"set health.heartbeat_timeout_s to several heartbeat intervals, e.g. "
+            f"{health.heartbeat_interval_s * 6:g}.",
         )
 
 

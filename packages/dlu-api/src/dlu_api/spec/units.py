@@ -1,8 +1,9 @@
-"""Memory sizes: Ray wants bytes; people write "4GiB"."""
+"""Memory sizes: Ray wants bytes; people write "4GiB" and read "16.3 GiB"."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal
 
 _UNITS: dict[str, int] = {
@@ -72,3 +73,42 @@ def format_memory(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size}B"
+
+
+_READABLE = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+
+# Ray resources whose amounts are bytes.
+BYTE_RESOURCES = frozenset({"memory", "object_store_memory"})
+
+
+def format_bytes(size: float) -> str:
+    """A byte count for people: '16.3 GiB', '512 MiB', '1.04 GiB', '900 B' (three significant
+    digits at most). Every message that prints memory uses this, never a raw float."""
+    sign, size = ("-", -size) if size < 0 else ("", size)
+    for unit, factor in _READABLE:
+        value = size / factor
+        if round(value, 2) >= 1:
+            return f"{sign}{_three_digits(value)} {unit}"
+    return f"{sign}{round(size):d} B"
+
+
+def _three_digits(value: float) -> str:
+    decimals = 2 if value < 10 else 1 if value < 100 else 0
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def format_amount(name: str, amount: float) -> str:
+    """One Ray resource amount for a message: bytes in units for memory, else the number."""
+    return format_bytes(amount) if name in BYTE_RESOURCES else f"{amount:g}"
+
+
+def format_resources(resources: Mapping[str, float]) -> str:
+    """A Ray resource dict for a message: "CPU 4, GPU 1, memory 16.3 GiB" (Ray's per-node
+    `node:...` markers left out: they say nothing about what is missing)."""
+    parts = [
+        f"{name} {format_amount(name, float(amount))}"
+        for name, amount in sorted(resources.items())
+        if not name.startswith("node:")
+    ]
+    return ", ".join(parts) or "nothing"

@@ -6,6 +6,8 @@ UNAUTHENTICATED before the servicer sees the request; then what the servicer rai
 status: `InvalidRequestError` -> INVALID_ARGUMENT, a stale round or a non-member ->
 FAILED_PRECONDITION, anything else -> INTERNAL (logged with its traceback). So no request,
 however malformed, can take the master down, and the servicer methods read as the happy path.
+Refusals are logged a line per kind per interval with a count, never a line per call
+(`dlu_elastic.rendezvous.refusals`).
 
 The server is gRPC's asyncio server, on an event loop in a thread of its own, so a rendezvous
 call can be *held* until its round completes (`wait_s`, a long poll) without holding a thread:
@@ -37,6 +39,8 @@ import grpc
 import grpc.aio
 
 from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu_elastic.rendezvous import refusals
+from dlu_elastic.rendezvous.refusals import REFUSAL_LOG_INTERVAL_S, RefusalLog
 from dlu_elastic.rendezvous.state import (
     AgentInfo,
     AgentView,
@@ -268,12 +272,15 @@ _Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 class _Server:
     """The asyncio side: method table, guard, held calls. Created on the loop's thread."""
 
-    def __init__(self, servicer: ElasticServicer, token: str, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, servicer: ElasticServicer, token: str, pool: ThreadPoolExecutor, refusal_log_interval_s: float
+    ) -> None:
         self.servicer = servicer
         self._token = token.encode()
         self._pool = pool
         self._loop = asyncio.get_running_loop()
         self.watch = _RoundWatch(servicer.rendezvous, self._loop)
+        self.refusals = RefusalLog(log, self._loop, refusal_log_interval_s)
 
     def handlers(self) -> grpc.GenericRpcHandler:
         methods: dict[str, tuple[_Handler, Any, Any]] = {
@@ -340,28 +347,29 @@ class _Server:
     def _guard(self, method: str, handler: _Handler) -> _Handler:
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, _Undecodable):
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"undecodable request for {method}: {request.error}"
-                )
+                details = f"undecodable request for {method}: {request.error}"
+                self.refusals.refused(refusals.INVALID, method, details)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
             token = getattr(request, "job_token", "")
             if not token:
-                log.warning("refused %s: no job token", method)
+                self.refusals.refused(refusals.NO_TOKEN, method, "missing job_token")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing job_token")
             if not hmac.compare_digest(token.encode(), self._token):
-                log.warning("refused %s: wrong job token", method)
+                self.refusals.refused(refusals.WRONG_TOKEN, method, "wrong job_token for this job")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong job_token for this job")
             try:
                 return await handler(request, context)
             except InvalidRequestError as exc:
                 code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+                self.refusals.refused(refusals.INVALID, method, details)
             except RendezvousStateError as exc:  # StaleRoundError, NotMemberError
                 code, details = grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+                self.refusals.refused(refusals.STALE, method, details)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.exception("internal error in %s", method)
                 code, details = grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}"
-            log.debug("refused %s: %s %s", method, code.name, details)
             await context.abort(code, details)
 
         return guarded
@@ -379,6 +387,7 @@ class RunningServer:
     thread: threading.Thread = field(repr=False)
     pool: ThreadPoolExecutor = field(repr=False)
     watch: _RoundWatch | None = field(repr=False, default=None)
+    refusals: RefusalLog | None = field(repr=False, default=None)
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -397,12 +406,14 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
-        watch = self.watch
+        watch, refused = self.watch, self.refusals
 
         async def shutdown() -> None:
             await self.server.stop(grace)
             if watch is not None:
                 watch.close()
+            if refused is not None:
+                refused.close()  # what was counted since the last line
 
         try:
             asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result()
@@ -433,12 +444,14 @@ def serve(
     servicer: ElasticServicer,
     max_workers: int = 4,
     options: Sequence[tuple[str, Any]] = (),
+    refusal_log_interval_s: float = REFUSAL_LOG_INTERVAL_S,
 ) -> RunningServer:
     """Start the ElasticService on `host:port` (0 picks a free port) and return at once.
 
     The server runs on an event loop in a daemon thread of its own; `max_workers` threads run
     the master's hooks. `options` are extra gRPC server arguments (see `_SERVER_OPTIONS` for
-    ours). Raises OSError when the address is taken.
+    ours). Refused calls are logged at most once per `refusal_log_interval_s` per kind.
+    Raises OSError when the address is taken.
     """
     if not token:
         raise ValueError("serve() needs a non-empty job token: the service never runs unauthenticated")
@@ -451,7 +464,7 @@ def serve(
     pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dlu-elastic-grpc")
 
     async def start() -> tuple[grpc.aio.Server, int, _Server]:
-        side = _Server(servicer, token, pool)
+        side = _Server(servicer, token, pool, refusal_log_interval_s)
         server = grpc.aio.server(options=[*_SERVER_OPTIONS, *options])
         server.add_generic_rpc_handlers((side.handlers(),))
         try:
@@ -481,6 +494,7 @@ def serve(
         thread=thread,
         pool=pool,
         watch=side.watch,
+        refusals=side.refusals,
     )
 
 

@@ -17,7 +17,7 @@ from dlu_api.spec.models import RecoveryPolicy
 from dlu_api.status import JobStage
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState, Tier
-from dlu_prime.roles import recovery_policy, sub_master_path
+from dlu_prime.roles import recovery_policy
 
 
 @dataclass(frozen=True)
@@ -211,10 +211,6 @@ def job_restart(
     return (
         Recovery(Tier.JOB, tuple(state.actors), f"{culprit(first)}{why}", None, first.actor, first.node_id),
     ), None
-
-
-def role_has_sub_master(state: JobState, role: str) -> bool:
-    return sub_master_path(state.spec.role(role)) is not None
 
 
 class InPlaceVerdict(StrEnum):

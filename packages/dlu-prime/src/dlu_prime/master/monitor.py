@@ -36,11 +36,6 @@ class Assessment:
     errors_seen: dict[str, int] = field(default_factory=dict[str, int])
 
 
-def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else text
-
-
 def assess(
     state: JobState,
     observations: Mapping[str, ActorObservation],
@@ -163,13 +158,6 @@ def assess(
         all_drivers_finished=bool(drivers) and all(d in finished_roles for d in drivers),
         errors_seen=errors_seen,
     )
-
-
-def failure_reason(failure: Failure) -> str:
-    """A one-paragraph reason for the job's status, with the traceback's last line up front."""
-    summary = _first_line(failure.message)
-    where = f" on node {failure.node_id[:12]}" if failure.node_id else ""
-    return f"{failure.actor} ({failure.kind}{where}): {summary}\n{failure.message}".rstrip()
 
 
 def track_steps(

@@ -10,11 +10,12 @@ Units are Ray's: "CPU" and "GPU" in cores/devices, "memory" in BYTES (the spec p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dlu_api.spec.models import JobSpec, RoleSpec
+from dlu_api.spec.units import format_resources
 from dlu_prime import naming
 
 ISOLATION_AMOUNT = 0.001
@@ -222,3 +223,14 @@ def master_options(spec: JobSpec) -> dict[str, Any]:
         options["memory"] = master.memory
     options["resources"] = {master.isolation_resource: ISOLATION_AMOUNT} if master.isolation_resource else {}
     return options
+
+
+def unplaced_message(group: GroupPlan, timeout_s: float, available: Mapping[str, float]) -> str:
+    """Why a placement group is not ready: what its bundles need and what the cluster has free
+    (memory in units, never a raw float of bytes)."""
+    need = "; ".join(f"{{{format_resources(b.resources)}}}" for b in group.bundles)
+    return (
+        f"placement group {group.pg_name} (roles {', '.join(group.roles)}) could not be placed in "
+        f"{timeout_s:.0f}s with strategy {group.strategy}; it needs bundles {need} and the cluster "
+        f"has {format_resources(available)} available"
+    )

@@ -25,7 +25,13 @@ from dlu_prime.roles import sub_master_path, worker_actor_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
-from dlu_prime.scheduler.placement import ISOLATION_AMOUNT, ActorPlan, PlacementPlan, plan_placement
+from dlu_prime.scheduler.placement import (
+    ISOLATION_AMOUNT,
+    ActorPlan,
+    PlacementPlan,
+    plan_placement,
+    unplaced_message,
+)
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.submaster import SubMasterActor
 
@@ -114,11 +120,8 @@ class RayScheduler(Scheduler):
                 ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except GetTimeoutError:
                 group = next(g for g in self.plan.groups if g.name == name)
-                need = [dict(b.resources) for b in group.bundles]
                 raise SchedulingError(
-                    f"placement group {group.pg_name} (roles {', '.join(group.roles)}) could not be placed "
-                    f"in {self._placement_timeout:.0f}s with strategy {group.strategy}; it needs bundles "
-                    f"{need} and the cluster has {ray.available_resources()} available"
+                    unplaced_message(group, self._placement_timeout, ray.available_resources())
                 ) from None
 
     # actors ----------------------------------------------------------------------------------
