@@ -61,10 +61,13 @@ def reference_loss(steps: int, world: int, lr: float = 3e-3) -> str:
     return f"{loss_value:.6f}"
 
 
-def start(steps: int, world: int, nice: int = 0) -> subprocess.Popen[str]:
-    """Compute the reference loss in a child process (one core, `nice` lowers its priority)
-    while the campaign runs; read it with `result`. Sharing the CPU slows the job's steps a
-    little, which changes no loss and no accounting."""
+RAY_WORKER_NICENESS = 15  # Ray's default for its workers (RAY_worker_niceness), the job's actors included
+
+
+def start(steps: int, world: int, nice: int = RAY_WORKER_NICENESS) -> subprocess.Popen[str]:
+    """Compute the reference loss in a child process (one core) while the campaign runs; read it
+    with `result`. It runs at the niceness of the job's own processes, so it shares the CPU with
+    them as one more rank would (at 0 it would starve them)."""
     return subprocess.Popen(
         [sys.executable, __file__, str(steps), str(world)],
         stdout=subprocess.PIPE,
