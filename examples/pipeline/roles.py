@@ -32,7 +32,9 @@ def source() -> None:
     records = int(_config().get("records", 64))
     raw, me = channel("raw", CAPACITY), consumer_id()
     for i in range(raw.next_seq(me), records):  # a restarted source resumes where it was
-        raw.put({"id": i, "text": f"record {i}: the quick brown fox jumps over the lazy dog"}, producer=me, seq=i)
+        raw.put(
+            {"id": i, "text": f"record {i}: the quick brown fox jumps over the lazy dog"}, producer=me, seq=i
+        )
     raw.close()
 
 
@@ -90,4 +92,6 @@ def trainer() -> None:
         raise RuntimeError(
             f"trainer saw {len(seen)} records for {records}: {twice} duplicated, missing {missing[:10]}"
         )
-    print(f"trainer: {state['step']} batches, {len(seen)} records, final loss {state['loss']:.3f}", flush=True)
+    print(
+        f"trainer: {state['step']} batches, {len(seen)} records, final loss {state['loss']:.3f}", flush=True
+    )

@@ -12,6 +12,7 @@ from dlu_prime.runtime.context import current_worker
 from dlu_prime.runtime.data_channel import DataChannel
 from dlu_prime.runtime.sharding import ShardQueue
 
+
 def _master() -> Any:
     import ray
 
