@@ -242,12 +242,13 @@ class ShardQueue:
         return cls(job, name, actor)
 
     def next_shard(self, worker: str) -> Shard | None:
-        """Moves the next shard from todo to doing, held by `worker`.
+        """Moves the next shard from todo to doing, held by `worker` (this process).
 
-        None means nothing is left to hand out *now*: either all is done (`finished()`), or the
-        remaining shards are held by other workers. Those come back only through `requeue`, and
-        a restarted worker re-takes its own; a worker that wants to help drain them polls
-        `finished()` and asks again.
+        A worker restarted in a new process first gets back, at the front of todo, the shards
+        its dead process held. None means nothing is left to hand out *now*: either all is done
+        (`finished()`), or the remaining shards are held by other workers (a dead one's come
+        back when it restarts, or through `requeue`); a worker that wants to help drain them
+        polls `finished()` and asks again.
         """
         return cast(Shard | None, self._call(self._actor.next_shard.remote(worker, session_id())))
 
