@@ -72,6 +72,7 @@ def trainer() -> None:
     config = _config()
     records = int(config.get("records", 64))
     batches, me = channel("batches", CAPACITY), consumer_id()
+    # A real trainer would commit its step and checkpoint path; this one keeps the ids it saw.
     state: dict[str, Any] = batches.restore(me) or {"seen": [], "loss": 10.0, "step": 0}
     try:
         while True:
