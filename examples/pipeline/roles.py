@@ -21,16 +21,19 @@ from typing import Any
 
 from dlu_prime.runtime import ChannelClosed, channel, consumer_id, current_worker, heartbeat
 
-CAPACITY = 16
-
 
 def _config() -> dict[str, Any]:
     return current_worker().config
 
 
+def _capacity() -> int:
+    """Items each channel holds before its producers wait (the same for every role)."""
+    return int(_config().get("capacity", 16))
+
+
 def source() -> None:
     records = int(_config().get("records", 64))
-    raw, me = channel("raw", CAPACITY), consumer_id()
+    raw, me = channel("raw", _capacity()), consumer_id()
     for i in range(raw.next_seq(me), records):  # a restarted source resumes where it was
         raw.put(
             {"id": i, "text": f"record {i}: the quick brown fox jumps over the lazy dog"}, producer=me, seq=i
@@ -40,7 +43,7 @@ def source() -> None:
 
 def tokenizer() -> None:
     delay = float(_config().get("tokenize_delay_s", 0.0))  # slows the stage down (tests, demos)
-    raw, tokens, me = channel("raw", CAPACITY), channel("tokens", CAPACITY), consumer_id()
+    raw, tokens, me = channel("raw", _capacity()), channel("tokens", _capacity()), consumer_id()
     state: dict[str, int] = raw.restore(me) or {"sent": 0}
     for record in raw.iterate(me, state=state):
         words = record["text"].split()
@@ -54,7 +57,7 @@ def tokenizer() -> None:
 def sampler() -> None:
     config = _config()
     records, batch_size = int(config.get("records", 64)), int(config.get("batch_size", 8))
-    tokens, batches, me = channel("tokens", CAPACITY), channel("batches", CAPACITY), consumer_id()
+    tokens, batches, me = channel("tokens", _capacity()), channel("batches", _capacity()), consumer_id()
     state: dict[str, Any] = tokens.restore(me) or {"taken": 0, "batch": [], "sent": 0}
     while state["taken"] < records:  # tokenizers do not close "tokens": the sampler counts instead
         state["batch"].append(tokens.get(me, state=state))
@@ -71,7 +74,7 @@ def sampler() -> None:
 def trainer() -> None:
     config = _config()
     records = int(config.get("records", 64))
-    batches, me = channel("batches", CAPACITY), consumer_id()
+    batches, me = channel("batches", _capacity()), consumer_id()
     # A real trainer would commit its step and checkpoint path; this one keeps the ids it saw.
     state: dict[str, Any] = batches.restore(me) or {"seen": [], "loss": 10.0, "step": 0}
     try:

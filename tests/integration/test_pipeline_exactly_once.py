@@ -23,7 +23,7 @@ import pytest
 from dlu_api.spec import load_spec, spec_from_dict
 from dlu_api.status import JobStage, JobStatus
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(360)]
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 160
@@ -41,7 +41,10 @@ POLICIES: dict[str, dict[str, str | None]] = {
 def _spec(name: str, policy: dict[str, str | None], report: Path) -> Any:
     data = load_spec(ROOT / "examples/pipeline/job.yaml").model_dump(mode="json", exclude_unset=True)
     data["name"] = name
-    data["config"] = {**data["config"], "records": RECORDS, "tokenize_delay_s": 0.08, "report": str(report)}
+    # Small channels: a stage being recovered soon stalls the others (back-pressure), so the
+    # stream is still under way when the next kill is due, however slow the machine.
+    config = {"records": RECORDS, "capacity": 4, "tokenize_delay_s": 0.1, "report": str(report)}
+    data["config"] = {**data["config"], **config}
     data["health"] = {"monitor_interval_s": 0.2}
     data["limits"] = {"global_restart_budget": 5, "job_max_restart": 5}
     for role in data["roles"]:
@@ -50,7 +53,7 @@ def _spec(name: str, policy: dict[str, str | None], report: Path) -> Any:
     return spec_from_dict(data)
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+def _wait(predicate: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -130,8 +133,9 @@ def test_every_record_reaches_the_trainer_exactly_once_through_kills(
     launcher.submit_job(spec, str(ROOT))
     job = Pipeline(spec.name)
     try:
-        job.kill(f"{spec.name}.source.0", "raw", at_least=10)  # a producer
+        # The tokenizer first: while it is recovered alone the other one goes on, at half speed.
         job.kill(f"{spec.name}.tokenizer.1", "raw", at_least=10)  # a consumer and producer
+        job.kill(f"{spec.name}.source.0", "raw", at_least=10)  # a producer
         job.kill(f"{spec.name}.trainer.0", "batches", at_least=1)  # a stateful consumer
     finally:
         final = launcher.wait_job(spec)
@@ -141,6 +145,6 @@ def test_every_record_reaches_the_trainer_exactly_once_through_kills(
     seen = json.loads(report.read_text())
     assert Counter(seen) == Counter(range(RECORDS)), "each record exactly once at the trainer"
     tiers = [e.tier for e in final.events if e.kind == "failover_started"]
-    expected = {"in_place": ["role"] * 3, "global": ["job"] * 3, "mixed": ["job", "role", "job"]}
+    expected = {"in_place": ["role"] * 3, "global": ["job"] * 3, "mixed": ["role", "job", "job"]}
     assert tiers == expected[policy], f"one recovery per kill, at the policy's tier\n{timeline}"
     assert final.global_restart_count == tiers.count("job")
