@@ -1,5 +1,6 @@
 """A training script that records, before anything else runs, the environment its rank was
 forked with and what torch makes of its device, without touching CUDA (test_gpu_env_in_child.py).
+With GPU_ENV_USE_CUDA=1 (test_gpu.py, on a GPU) it then uses its device and records what CUDA saw.
 
 The record goes to the file named by GPU_ENV_RECORD.
 """
@@ -30,6 +31,15 @@ record = {
     "cuda_initialized": torch.cuda.is_initialized(),
     "bad_fork": torch.cuda._is_in_bad_fork(),  # pyright: ignore[reportPrivateUsage]
 }
+if SEEN.get("GPU_ENV_USE_CUDA") == "1":  # on a GPU: now use CUDA, as the rank's training would
+    device = torch.device(SEEN["DLU_DEVICE"])
+    torch.cuda.set_device(device)
+    square = torch.ones(256, 256, device=device)
+    record["cuda"] = {
+        "device_count": torch.cuda.device_count(),
+        "uuid": str(torch.cuda.get_device_properties(device).uuid),
+        "matmul_sum": float((square @ square).sum().item()),
+    }
 path = SEEN["GPU_ENV_RECORD"]
 with open(path + ".tmp", "w", encoding="utf-8") as out:
     json.dump(record, out)
