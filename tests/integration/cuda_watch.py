@@ -19,6 +19,10 @@ hook installed before anything is imported, and the last stdout line is a JSON o
 - `ray_workers`: the Ray zygote's preload (`dlu_prime.ray_workers.PRELOAD`);
 - `control`: `torch.cuda.device_count()` and `is_available()`; the harness must catch them (and
   the child of a fork after them must be a bad fork), or a clean result above proves nothing.
+
+Each phase also reports the driver libraries mapped into the process (/proc/self/maps): what a
+C library loads by itself escapes the hook, but on a machine with a GPU driver no CUDA call can
+happen without libcuda loaded (where there is no driver, nothing can load it: an empty list).
 """
 
 from __future__ import annotations
@@ -123,6 +127,18 @@ def _hook(frame: FrameType, event: str, arg: Any) -> None:
             _calls.append(f"torch._C.{name} from {_where(frame)}")
 
 
+def _driver_libraries_mapped() -> list[str]:
+    """Driver libraries this process has loaded, however it got them (a C library's own dlopen
+    included, which no Python hook sees): on a machine with a GPU driver, CUDA needs them."""
+    found: set[str] = set()
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+            if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(_DRIVER_LIBRARIES):
+                found.add(fields[5].strip())
+    return sorted(found)
+
+
 def _child_in_bad_fork() -> bool:
     """Fork; the child reports torch's bad-fork flag (a flag read, no CUDA call)."""
     read_fd, write_fd = os.pipe()
@@ -210,6 +226,7 @@ def main(phases: list[str]) -> None:
             _calls.clear()
             info = PHASES[phase]()
             calls = list(_calls)  # before the fork below: the child's own calls are not the phase's
+            info["driver_mapped"] = _driver_libraries_mapped()
             if "torch" in sys.modules:
                 info["child_in_bad_fork"] = _child_in_bad_fork()
             report[phase] = {"calls": calls, "info": info}

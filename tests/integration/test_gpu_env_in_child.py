@@ -35,7 +35,7 @@ ZYGOTE_ENV = {
     "DLU_DEVICES": "cuda:7",
 }
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 WATCH = HERE / "cuda_watch.py"
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 def watch(*phases: str) -> dict[str, Any]:
@@ -53,6 +53,7 @@ def test_zygote_preload_calls_no_cuda(torch_paths: dict[str, Any]) -> None:
     assert "torch" in info["loaded"]
     assert report["calls"] == [], "the zygote's preload called into CUDA:\n" + "\n".join(report["calls"])
     assert info["child_in_bad_fork"] is False, "torch marks the zygote's children as bad forks"
+    assert info["driver_mapped"] == [], "the zygote loaded the GPU driver"
 
 
 def test_node_check_probe_on_cpu_calls_no_cuda(torch_paths: dict[str, Any]) -> None:
@@ -61,6 +62,7 @@ def test_node_check_probe_on_cpu_calls_no_cuda(torch_paths: dict[str, Any]) -> N
     assert len(metrics) == 1 and metrics[0] > 0, f"the probe did not run to its heartbeat: {metrics}"
     assert report["calls"] == [], "the node check on CPU called into CUDA:\n" + "\n".join(report["calls"])
     assert report["info"]["child_in_bad_fork"] is False
+    assert report["info"]["driver_mapped"] == [], "the node check on CPU loaded the GPU driver"
 
 
 def test_ray_worker_zygote_preload_calls_no_cuda() -> None:
@@ -70,6 +72,7 @@ def test_ray_worker_zygote_preload_calls_no_cuda() -> None:
         "the preload did not run: nothing checked"
     )
     assert report["calls"] == [], "the Ray zygote's preload called into CUDA:\n" + "\n".join(report["calls"])
+    assert info["driver_mapped"] == [], "the Ray zygote loaded the GPU driver"
 
 
 def test_the_hook_catches_a_cuda_call(torch_paths: dict[str, Any]) -> None:
@@ -81,3 +84,5 @@ def test_the_hook_catches_a_cuda_call(torch_paths: dict[str, Any]) -> None:
     for entry in ("torch.cuda.device_count ", "torch.cuda.is_available ", "torch._C._cuda_getDeviceCount "):
         assert any(call.startswith(entry) for call in calls), f"{entry.strip()} not seen in {calls}"
     assert report["info"]["child_in_bad_fork"] is True
+    if Path("/proc/driver/nvidia").exists():  # a driver to load: the control loads it
+        assert any("libcuda.so" in path for path in report["info"]["driver_mapped"]), report["info"]
