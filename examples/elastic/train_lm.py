@@ -3,10 +3,13 @@
 An unmodified torchrun-style script: it reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
 from the environment, so `torchrun --nproc-per-node=2 train_lm.py` runs it as well as DLU
 does. It checkpoints every few steps and resumes from the last checkpoint after a restart,
-and it is deterministic: two runs give the same final loss.
+and it is deterministic: two runs give the same final loss, faults and resumes included
+(gradients and the loss are summed across ranks in rank order, see `ordered_mean`).
 
 Fault injection for tests and benchmarks: `--crash-at-step N` makes rank `--crash-rank` exit
-with an error once at step N (a marker file in the checkpoint directory keeps it to once).
+with an error once at step N (a marker file in the checkpoint directory keeps it to once);
+`--pid-dir D` appends "pid start-time" of every training process to `D/<actor>.pids`, so a
+fault injector can find (and signal) the process of a given rank.
 """
 
 from __future__ import annotations
@@ -93,10 +96,49 @@ def batches(
     return x, y
 
 
+def ordered_sum(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The ranks' gathered tensors summed in rank order."""
+    total = parts[0].clone()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+def ordered_mean(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects string annotations
+    """DDP communication hook (GradBucket -> Future[Tensor]): the mean of the ranks' gradients,
+    summed in rank order.
+
+    An allreduce sums in an order that depends on how the backend splits the buffer (and DDP
+    regroups its buckets after the first step of every run, resumed or not): with more than two
+    ranks, runs then differ in the last bits, and training amplifies that into another final
+    loss. Gathering and summing in rank order gives the same bits every time.
+    """
+    del state
+    buffer = bucket.buffer()
+    world = dist.get_world_size()
+    parts = [torch.empty_like(buffer) for _ in range(world)]
+    work = dist.all_gather(parts, buffer, async_op=True)
+    assert work is not None
+    return work.get_future().then(lambda _: ordered_sum(parts).div_(world))
+
+
 def save(path: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
     tmp.replace(path)
+
+
+def record_pid(directory: Path) -> None:
+    """Append this process's pid and start time (in clock ticks since boot: a reused pid has
+    another) to `<directory>/<actor>.pids`, named by DLU's actor (or RANK under torchrun)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    who = os.environ.get("DLU_ACTOR") or f"rank-{os.environ.get('RANK', '0')}"
+    try:
+        started = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = "0"
+    with open(directory / f"{who}.pids", "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()} {started}\n")
 
 
 def main() -> None:
@@ -112,7 +154,14 @@ def main() -> None:
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--crash-rank", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--pid-dir",
+        default=os.environ.get("LM_PID_DIR"),
+        help="record this process's pid in <dir>/<actor>.pids (fault injection; default $LM_PID_DIR)",
+    )
     args = parser.parse_args()
+    if args.pid_dir:
+        record_pid(Path(args.pid_dir))
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -124,6 +173,7 @@ def main() -> None:
     vocab = sorted(set(text))
     data = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
     model = DistributedDataParallel(CharLM(len(vocab)))
+    model.register_comm_hook(None, ordered_mean)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     ckpt_dir = Path(args.checkpoint_dir)
@@ -158,9 +208,9 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        reduced = loss.detach().clone()
-        dist.all_reduce(reduced)
-        loss_value = reduced.item() / world
+        losses = [torch.empty(1) for _ in range(world)]
+        dist.all_gather(losses, loss.detach().reshape(1))
+        loss_value = ordered_sum(losses).item() / world
         heartbeat(step + 1, loss_value)
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)
