@@ -408,12 +408,11 @@ def test_agent_store_serves_ranks_started_in_any_order(launcher: TrainingLaunche
         )
     )
     _wait_for_heartbeat(hosted)
-    agent = {store.AGENT_STORE_ENV: "True"}
     procs = [
         launcher.start(
             ProcessSpec(
                 "elastic_workloads:allreduce_sum",
-                env=torchrun_env(rank, 4, port, tmp_path, **agent),
+                env={**torchrun_env(rank, 4, port, tmp_path), store.AGENT_STORE_ENV: "True"},
                 workdir=WORKDIR,
             )
         )

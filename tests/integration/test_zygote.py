@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from proc_checks import gone
 
-from dlu_elastic.worker.process import PRELOAD, EventKind, ProcessSpec, TrainingLauncher
+from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher
+from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
 
 HERE = Path(__file__).resolve().parent
