@@ -3,6 +3,7 @@ two epochs with one killed while holding shards (every shard completed exactly o
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import uuid
@@ -31,8 +32,8 @@ class ShardWorker:
         self.queue = queue
         self.worker = worker
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> int:
+        return os.getpid()
 
     def take(self, n: int) -> list[int]:
         """Takes n shards and sits on them (this worker is about to die)."""
@@ -200,3 +201,30 @@ def test_killed_worker_shards_are_requeued_and_done_once(job: str, make_queue: M
     assert queue.requeue(names[2]) == []
     for w in workers[:2]:
         ray.kill(w)
+
+
+def test_restarted_worker_gets_its_shards_back_and_its_state(job: str, make_queue: MakeQueue) -> None:
+    """No requeue call: the restarted process' first call under the worker id gives back what
+    its dead incarnation held; the state kept with its last completion comes back too."""
+    queue = make_queue("data", dataset_size=20, shard_size=5)
+    name = f"{job}.worker.0"
+    worker = RemoteShardWorker.options(max_restarts=1).remote(queue, name)
+    pid = ray.get(worker.ready.remote(), timeout=30)
+    first = queue.next_shard("other")
+    assert first is not None and queue.complete("other", first.id, state={"records": 5})
+    held = ray.get(worker.take.remote(2), timeout=30)
+    assert queue.doing() == dict.fromkeys(held, name)
+    ray.kill(worker, no_restart=False)
+    deadline = time.monotonic() + 30
+    while True:  # a call may still reach the dying incarnation: wait for the new process
+        assert time.monotonic() < deadline, "the worker did not come back"
+        try:
+            if ray.get(worker.ready.remote(), timeout=30) != pid:
+                break
+        except ray.exceptions.RayActorError:
+            pass
+        time.sleep(0.05)
+    assert ray.get(worker.take.remote(2), timeout=30) == held, "its own shards, first"
+    assert queue.restore("other") == {"records": 5}
+    assert queue.restore(name) is None
+    ray.kill(worker)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,14 @@ def kinds(events: list[ProcessEvent]) -> list[EventKind]:
 
 def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def wait_until(what: str, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Poll `condition` until it holds; fail naming `what` after a generous deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -308,16 +315,9 @@ def test_terminate_hung_process_and_its_children(launcher: TrainingLauncher, tmp
     _wait_for_heartbeat(proc)
     grandchild = read_json(tmp_path / "hang.json")["child"]
     assert proc.poll() is None
-    t0 = time.monotonic()
-    code = proc.terminate(grace_s=5.0)
-    elapsed = time.monotonic() - t0
-    print(f"terminate (SIGTERM honoured): {elapsed:.3f} s, exit code {code}")
-    assert code == -signal.SIGTERM
-    assert elapsed < 5.0
-    deadline = time.monotonic() + 5.0
-    while not gone(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(grandchild), "the training process's own subprocess outlived terminate()"
+    # -SIGTERM, not -SIGKILL: it ended on the SIGTERM, before any escalation
+    assert proc.terminate(grace_s=30.0) == -signal.SIGTERM
+    wait_until("the training process's own subprocess to end", lambda: gone(grandchild))
 
 
 @pytest.mark.timeout(60)
@@ -331,12 +331,10 @@ def test_terminate_escalates_to_kill_after_grace(launcher: TrainingLauncher, tmp
         )
     )
     _wait_for_heartbeat(proc)
-    t0 = time.monotonic()
-    code = proc.terminate(grace_s=1.0)
-    elapsed = time.monotonic() - t0
-    print(f"terminate (SIGTERM ignored, grace 1 s): {elapsed:.3f} s, exit code {code}")
-    assert code == -signal.SIGKILL
-    assert 0.9 <= elapsed < 4.0
+    proc.request_stop()  # the SIGTERM that terminate() sends first
+    wait_until("the process to survive a SIGTERM", (tmp_path / "sigterm.json").exists)
+    assert proc.poll() is None
+    assert proc.terminate(grace_s=1.0) == -signal.SIGKILL  # so terminate() had to escalate
     assert proc.poll() == -signal.SIGKILL
     assert proc.terminate() == -signal.SIGKILL  # idempotent
 
@@ -359,17 +357,13 @@ os.kill(os.getpid(), signal.SIGKILL)
     result = subprocess.run([sys.executable, "-c", driver], capture_output=True, timeout=100)
     assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
     record = read_json(tmp_path / "hang.json")
-    deadline = time.monotonic() + 10.0
-    while not (gone(record["pid"]) and gone(record["child"])) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(record["pid"]), "the training process outlived its launcher"
-    assert gone(record["child"]), "the training process's subprocess outlived its launcher"
+    wait_until("the training process to die with its launcher", lambda: gone(record["pid"]))
+    wait_until("the training process's subprocess to die with its launcher", lambda: gone(record["child"]))
 
 
-def _in_place_start(launcher: TrainingLauncher, tmp_path: Path) -> float:
-    """Seconds from the first start() to the last rank's "allreduce done" heartbeat, 4 ranks."""
+def _allreduce_round(launcher: TrainingLauncher, tmp_path: Path) -> list[TrainingProcess]:
+    """Four ranks that set up gloo and allreduce once, as one round of training would."""
     port = free_port()
-    t0 = time.time()
     procs = [
         launcher.start(
             ProcessSpec(
@@ -379,26 +373,24 @@ def _in_place_start(launcher: TrainingLauncher, tmp_path: Path) -> float:
         for r in range(4)
     ]
     assert wait_all(procs) == [0, 0, 0, 0], [p.last_failure for p in procs]
-    done = [e.time for p in procs for e in p.events() if e.kind is EventKind.HEARTBEAT]
-    assert len(done) == 4
-    return max(done) - t0
+    return procs
 
 
 @pytest.mark.timeout(180)
-def test_restart_is_far_cheaper_than_a_fresh_import_torch(launcher: TrainingLauncher, tmp_path: Path) -> None:
-    _in_place_start(launcher, tmp_path)  # first round: page cache, gloo's first use
-    in_place = statistics.median(_in_place_start(launcher, tmp_path) for _ in range(3))
-    cold_runs: list[float] = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch"], check=True, capture_output=True)
-        cold_runs.append(time.perf_counter() - t0)
-    cold = min(cold_runs)
-    print(
-        f"in-place start of 4 ranks to gloo init + allreduce done: {in_place:.3f} s (median of 3); "
-        f"fresh `python -c 'import torch'`: {cold:.3f} s (best of 2); ratio {in_place / cold:.3f}"
-    )
-    assert in_place < 0.5 * cold  # typically 0.05-0.15 here; loose for a loaded machine
+def test_a_restart_forks_fresh_ranks_with_torch_already_loaded(
+    launcher: TrainingLauncher, tmp_path: Path
+) -> None:
+    """What makes an in-place restart cheap: the next round's ranks are new forks of the warm
+    zygote, torch already imported (benchmarks/inplace_restart.py measures the saving)."""
+    rounds = [_allreduce_round(launcher, tmp_path) for _ in range(3)]
+    pids = [p.pid for procs in rounds for p in procs]
+    assert len(set(pids)) == len(pids)
+    for procs in rounds:
+        for proc in procs:
+            events = proc.events()
+            assert kinds(events) == [EventKind.STARTED, EventKind.HEARTBEAT], events
+            assert "torch preloaded: True" in (events[0].message or "")
+            assert events[1].metric == 4.0  # the allreduce of four ones
 
 
 @pytest.mark.timeout(120)
@@ -416,12 +408,11 @@ def test_agent_store_serves_ranks_started_in_any_order(launcher: TrainingLaunche
         )
     )
     _wait_for_heartbeat(hosted)
-    agent = {store.AGENT_STORE_ENV: "True"}
     procs = [
         launcher.start(
             ProcessSpec(
                 "elastic_workloads:allreduce_sum",
-                env=torchrun_env(rank, 4, port, tmp_path, **agent),
+                env={**torchrun_env(rank, 4, port, tmp_path), store.AGENT_STORE_ENV: "True"},
                 workdir=WORKDIR,
             )
         )

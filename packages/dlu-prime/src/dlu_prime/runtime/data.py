@@ -1,18 +1,16 @@
 """Data channels and shard queues as seen from user code: created through the PrimeMaster
-(which records them in the job's state and removes them when the job ends), consumed under
-the worker's stable name so a restarted worker gets back what it was holding."""
+(which records them in the job's state and removes them when the job ends), used under the
+worker's stable name so a restarted worker gets back what it was holding: the channel or queue
+sees a call from a new process under that name and gives it back (no recovery call needed)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from dlu_prime.naming import NAMESPACE, SEP, master_name
+from dlu_prime.naming import NAMESPACE, master_name
 from dlu_prime.runtime.context import current_worker
 from dlu_prime.runtime.data_channel import DataChannel
 from dlu_prime.runtime.sharding import ShardQueue
-
-logger = logging.getLogger(__name__)
 
 
 def _master() -> Any:
@@ -38,27 +36,6 @@ def shard_queue(name: str, dataset_size: int, shard_size: int, **options: Any) -
 
 
 def consumer_id() -> str:
-    """This worker's name as a consumer: stable across restarts of its actor."""
+    """This worker's name as a consumer (and producer, for `seq`-numbered puts): stable across
+    restarts of its actor and of the whole job."""
     return current_worker().actor_name
-
-
-def recover_data(job: str, consumer: str) -> int:
-    """Give back what a restarted worker held: leased channel items and shards in progress."""
-    from dlu_prime.scheduler.cleanup import job_actor_names
-
-    returned = 0
-    for actor in job_actor_names(job):
-        parts = actor.split(SEP)
-        if len(parts) != 3:
-            continue
-        _, kind, name = parts
-        try:
-            if kind == "channel":
-                returned += DataChannel.open(job, name).recover(consumer)
-            elif kind == "shards":
-                returned += len(ShardQueue.open(job, name).requeue(consumer))
-        except Exception:
-            logger.warning("could not recover %s %s for %s", kind, name, consumer, exc_info=True)
-    if returned:
-        logger.info("%s: %d item(s)/shard(s) returned after restart", consumer, returned)
-    return returned

@@ -1,27 +1,39 @@
-"""Bounded data channels between roles (the worker self-loop's pipes).
+"""Bounded data channels between roles (the worker self-loop's pipes), exactly once.
 
-A channel is one detached, named async Ray actor per (job, channel). Producers block while it is
-full (back-pressure). Each item handed to a consumer is *leased* until that consumer's next `get`
-(ack-on-next-get) or an explicit `ack`, so a consumer that dies mid-item loses nothing: its
-restarted incarnation (same stable consumer id, e.g. "job.role.rank") calls `recover`, which puts
-the leased item(s) back at the front of the queue. Delivery is therefore at-least-once.
-`recover` also voids a `get` that the dead incarnation left waiting in the actor, which would
-otherwise lease an item that the new incarnation's next `get` acknowledges unprocessed.
+A channel is one detached, named async Ray actor per (job, channel); it outlives the job's
+actors, so every recovery (an actor restarted alone, or the whole job) finds it as it was.
+Producers block while it is full (back-pressure). The bookkeeping is `delivery.ChannelBook`:
 
-`capacity` bounds the queued (not yet delivered) items; leased items come on top, one per
-consumer, and re-queued ones may briefly exceed it (a recovery never blocks).
+- **Producers** that pass `producer=` and an increasing `seq=` are idempotent: a re-sent item
+  (seq at or below the last one accepted from that producer) is dropped, even into a closed
+  channel, so a restarted producer that replays cannot duplicate nor hit `ChannelClosed`.
+  `next_seq(producer)` says where to resume.
+- **Consumers** read under a stable id (`consumer_id()`, "job.role.rank"). An item is leased
+  until the consumer's next `get` (ack-on-next-get) or `ack`. A restarted consumer (any call
+  from a new process) gets its unacknowledged items back first, and only it gets them; a `get`
+  its dead incarnation left waiting ends without taking an item.
+- **State with the ack**: `get(consumer, state=...)` / `ack(consumer, state=...)` keep the
+  consumer's state together with the acknowledgement; `restore(consumer)` returns it after a
+  restart. A consumer that commits all its state this way (including the `seq` of what it
+  produces) sees and produces every item exactly once across its restarts.
+
+A consumer that keeps no state and produces without `seq` gets at-least-once: it may process
+an item again after a restart (never lose one).
+
+`capacity` bounds the queued (not yet delivered) items; leased and pending (given back to a
+restarted consumer) items come on top, a few per consumer.
 
 Caveat: the actor keeps its state in memory. It is restarted by Ray (`max_restarts=-1`) if its
-process dies, but it comes back empty and open: queued and leased items are lost, and a consumer
-waiting for more blocks until its timeout. Calls in flight at that moment raise
-`ChannelUnavailableError`. The PrimeMaster owns channels and records them in its state.
+own process dies, but it comes back empty and open: queued and leased items are lost, and a
+consumer waiting for more blocks until its timeout. Calls in flight at that moment raise
+`ChannelUnavailableError`. The PrimeMaster owns channels and records them in its state; they
+last for one run of the job (removed when it stops).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
@@ -29,16 +41,15 @@ import ray
 from ray.exceptions import RayActorError
 
 from dlu_prime.naming import NAMESPACE, channel_name
+from dlu_prime.runtime.delivery import CLOSED, OK, STALE, TIMEOUT, ChannelBook, check_seq, session_id
 
 logger = logging.getLogger(__name__)
 
 # Blocked `put`/`get` calls each hold one concurrency slot of the async actor.
 MAX_CONCURRENCY = 4096
 
-_OK = "ok"
-_CLOSED = "closed"
-_TIMEOUT = "timeout"
-_STALE = "stale"
+# `state=` left out: acknowledge without touching the committed state.
+_UNSET: Any = object()
 
 
 class ChannelError(Exception):
@@ -65,106 +76,105 @@ class ChannelUnavailableError(ChannelError):
 
 
 class _ChannelActor:
-    """The channel's state. Async, so blocked puts and gets wait without holding the actor."""
+    """The channel's book (`ChannelBook`) behind an async lock: blocked puts and gets wait
+    without holding the actor."""
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._queue: deque[Any] = deque()
-        self._leases: dict[str, list[Any]] = {}
-        # Bumped by `recover`: a get still waiting for a consumer's dead incarnation must not
-        # lease an item that the new incarnation's next get would then acknowledge unprocessed.
-        self._generation: dict[str, int] = {}
-        self._closed = False
+        self._book = ChannelBook(capacity)
         self._cond = asyncio.Condition()
-        self._counts = {"put": 0, "delivered": 0, "acked": 0, "redelivered": 0}
         self._waiting_puts = 0
         self._waiting_gets = 0
 
     def config(self) -> dict[str, int]:
-        return {"capacity": self._capacity}
+        return {"capacity": self._book.capacity}
 
-    async def put(self, items: list[Any], timeout: float | None) -> tuple[str, int]:
-        """Appends `items` in order, each as soon as there is room; returns (status, how many)."""
-        done = 0
+    async def put(
+        self, items: list[Any], producer: str | None, first_seq: int | None, timeout: float | None
+    ) -> tuple[str, int, int]:
+        """Appends `items` in order, each as soon as there is room, dropping numbered ones that
+        were accepted before; returns (status, items handled, items new)."""
+        book = self._book
+        done = new = 0
         try:
             async with asyncio.timeout(timeout), self._cond:
-                for item in items:
+                for offset, item in enumerate(items):
+                    seq = None if first_seq is None else first_seq + offset
                     self._waiting_puts += 1
                     try:
-                        await self._cond.wait_for(lambda: self._closed or len(self._queue) < self._capacity)
+                        # A re-send is dropped even when the channel is full or closed: a
+                        # restarted producer may replay into a stream it already ended.
+                        await self._cond.wait_for(
+                            lambda: book.duplicate(producer, seq) or book.closed or book.has_room()  # noqa: B023
+                        )
                     finally:
                         self._waiting_puts -= 1
-                    if self._closed:
-                        return _CLOSED, done
-                    self._queue.append(item)
+                    if book.duplicate(producer, seq):
+                        book.drop()
+                        done += 1
+                        continue
+                    if book.closed:
+                        return CLOSED, done, new
+                    book.append(item, producer, seq)
                     done += 1
-                    self._counts["put"] += 1
+                    new += 1
                     self._cond.notify_all()
         except TimeoutError:
-            return _TIMEOUT, done
-        return _OK, done
+            return TIMEOUT, done, new
+        return OK, done, new
 
-    async def get(self, consumer: str, timeout: float | None) -> tuple[str, Any]:
-        """Acknowledges the consumer's lease, then leases it the next item (status, item)."""
+    def next_seq(self, producer: str) -> int:
+        return self._book.next_seq(producer)
+
+    async def get(
+        self, consumer: str, session: str, state: Any, commit: bool, timeout: float | None
+    ) -> tuple[str, Any]:
+        """Acknowledges the session's lease (with its state), then leases the next item."""
+        book = self._book
         async with self._cond:
-            self._ack(consumer)
-            generation = self._generation.get(consumer, 0)
+            self._begin(consumer, session, state, commit)
 
             def ready() -> bool:
-                return bool(self._queue) or self._closed or self._generation.get(consumer, 0) != generation
+                return book.ready(consumer) or not book.current(consumer, session)
 
             self._waiting_gets += 1
             try:
                 async with asyncio.timeout(timeout):
                     await self._cond.wait_for(ready)
             except TimeoutError:
-                return _TIMEOUT, None
+                return TIMEOUT, None
             finally:
                 self._waiting_gets -= 1
-            if self._generation.get(consumer, 0) != generation:
-                return _STALE, None
-            if not self._queue:
-                return _CLOSED, None
-            item = self._queue.popleft()
-            self._leases.setdefault(consumer, []).append(item)
-            self._counts["delivered"] += 1
+            if not book.current(consumer, session):
+                return STALE, None
+            status, item = book.take(consumer)
             self._cond.notify_all()
-            return _OK, item
+            return status, item
 
-    async def ack(self, consumer: str) -> int:
+    async def ack(self, consumer: str, session: str, state: Any, commit: bool) -> int:
         async with self._cond:
-            return self._ack(consumer)
+            return self._begin(consumer, session, state, commit)
 
-    def _ack(self, consumer: str) -> int:
-        acked = len(self._leases.pop(consumer, ()))
-        self._counts["acked"] += acked
-        return acked
+    def _begin(self, consumer: str, session: str, state: Any, commit: bool) -> int:
+        """A call from a new session (a restart) gets its leases back and acknowledges nothing;
+        one from the current session acknowledges them, with the state."""
+        if self._book.enter(consumer, session):
+            self._cond.notify_all()  # a get the dead session left waiting ends STALE
+            return 0
+        return self._book.settle(consumer, session, state, commit=commit)
 
-    async def recover(self, consumer: str) -> int:
-        """Re-queues the consumer's leased items at the front, in their original order."""
+    async def restore(self, consumer: str, session: str) -> Any:
         async with self._cond:
-            self._generation[consumer] = self._generation.get(consumer, 0) + 1
-            items = self._leases.pop(consumer, [])
-            self._queue.extendleft(reversed(items))
-            self._counts["redelivered"] += len(items)
-            self._cond.notify_all()
-            return len(items)
+            if self._book.enter(consumer, session):
+                self._cond.notify_all()
+            return self._book.readers[consumer].state
 
     async def close(self) -> None:
         async with self._cond:
-            self._closed = True
+            self._book.closed = True
             self._cond.notify_all()
 
     def stats(self) -> dict[str, int | bool]:
-        return {
-            "capacity": self._capacity,
-            "queued": len(self._queue),
-            "leased": sum(len(items) for items in self._leases.values()),
-            **self._counts,
-            "waiting_puts": self._waiting_puts,
-            "waiting_gets": self._waiting_gets,
-            "closed": self._closed,
-        }
+        return {**self._book.stats(), "waiting_puts": self._waiting_puts, "waiting_gets": self._waiting_gets}
 
 
 _RemoteChannelActor = ray.remote(_ChannelActor)
@@ -228,67 +238,98 @@ class DataChannel:
             ) from exc
         return cls(job, name, actor)
 
-    def put(self, item: Any, timeout: float | None = None) -> None:
-        """Appends one item, blocking while the channel is full (back-pressure)."""
-        self.put_many([item], timeout)
+    def put(
+        self, item: Any, timeout: float | None = None, *, producer: str | None = None, seq: int | None = None
+    ) -> bool:
+        """Appends one item, blocking while the channel is full (back-pressure).
 
-    def put_many(self, items: Iterable[Any], timeout: float | None = None) -> int:
-        """Appends items in order in one call; the timeout bounds the whole call."""
+        With `producer` and `seq` (increasing per producer) the put is idempotent: an item whose
+        seq was accepted before is dropped. Returns whether the item was new.
+        """
+        return self.put_many([item], timeout, producer=producer, first_seq=seq) == 1
+
+    def put_many(
+        self,
+        items: Iterable[Any],
+        timeout: float | None = None,
+        *,
+        producer: str | None = None,
+        first_seq: int | None = None,
+    ) -> int:
+        """Appends items in order in one call (numbered first_seq, first_seq + 1, ... when a
+        producer is given); the timeout bounds the whole call. Returns how many were new."""
+        check_seq(producer, first_seq)
         batch = list(items)
-        status, done = cast(tuple[str, int], self._call(self._actor.put.remote(batch, timeout)))
-        if status == _TIMEOUT:
+        status, done, new = cast(
+            tuple[str, int, int], self._call(self._actor.put.remote(batch, producer, first_seq, timeout))
+        )
+        if status == TIMEOUT:
             raise ChannelTimeoutError(
                 f"channel {self.ray_name!r} stayed full for {timeout} s ({done} of {len(batch)} items put)"
             )
-        if status == _CLOSED:
+        if status == CLOSED:
             raise ChannelClosed(f"channel {self.ray_name!r} is closed ({done} of {len(batch)} items put)")
-        return done
+        return new
 
-    def get(self, consumer: str, timeout: float | None = None) -> Any:
-        """Acknowledges the consumer's previous item and returns (and leases) the next one."""
-        status, item = cast(tuple[str, Any], self._call(self._actor.get.remote(consumer, timeout)))
-        if status == _TIMEOUT:
+    def next_seq(self, producer: str) -> int:
+        """Where `producer` resumes: one past the highest seq accepted from it (0 if none)."""
+        check_seq(producer, 0)
+        return cast(int, self._call(self._actor.next_seq.remote(producer)))
+
+    def get(self, consumer: str, timeout: float | None = None, *, state: Any = _UNSET) -> Any:
+        """Acknowledges the consumer's previous item and returns (and leases) the next one.
+
+        `state`: the consumer's state after processing everything it got so far, kept with the
+        acknowledgement (see `restore`). It is sent as it is now: later changes are not.
+        """
+        commit = state is not _UNSET
+        ref = self._actor.get.remote(consumer, session_id(), state if commit else None, commit, timeout)
+        status, item = cast(tuple[str, Any], self._call(ref))
+        if status == TIMEOUT:
             raise ChannelTimeoutError(f"no item on channel {self.ray_name!r} within {timeout} s")
-        if status == _CLOSED:
+        if status == CLOSED:
             raise ChannelClosed(f"channel {self.ray_name!r} is closed and drained")
-        if status == _STALE:
+        if status == STALE:
             raise ChannelError(
-                f"consumer {consumer!r} of channel {self.ray_name!r} was recovered while this get waited "
-                "(one consumer id must have one reader at a time)"
+                f"consumer {consumer!r} of channel {self.ray_name!r} was taken over by another process "
+                "while this get waited (one consumer id must have one reader at a time)"
             )
         return item
 
-    def ack(self, consumer: str) -> int:
-        """Acknowledges the consumer's leased item(s) now; returns how many."""
-        return cast(int, self._call(self._actor.ack.remote(consumer)))
+    def ack(self, consumer: str, *, state: Any = _UNSET) -> int:
+        """Acknowledges the consumer's leased item(s) now, with its `state` if given; returns
+        how many."""
+        commit = state is not _UNSET
+        ref = self._actor.ack.remote(consumer, session_id(), state if commit else None, commit)
+        return cast(int, self._call(ref))
 
-    def iterate(self, consumer: str, timeout: float | None = None) -> Iterator[Any]:
+    def restore(self, consumer: str) -> Any:
+        """The state the consumer last committed with an ack (None if never): call it first
+        thing after a (re)start, and resume from it. Items acknowledged with that state are not
+        delivered again; later ones are, to this consumer first."""
+        return self._call(self._actor.restore.remote(consumer, session_id()))
+
+    def iterate(self, consumer: str, timeout: float | None = None, *, state: Any = _UNSET) -> Iterator[Any]:
         """Yields items until the channel is closed and drained, acknowledging as it goes.
 
-        Leaving the loop early leaves the last item leased: the next `get` acknowledges it,
-        `recover` re-delivers it.
+        `state` (a mutable object, e.g. a dict from `restore`, updated in place by the loop) is
+        committed with each acknowledgement, the last one included. Leaving the loop early
+        leaves the last item leased: the next `get` or `ack` acknowledges it.
         """
         while True:
             try:
-                item = self.get(consumer, timeout)
+                item = self.get(consumer, timeout, state=state)
             except ChannelClosed:
                 return
             yield item
-
-    def recover(self, consumer: str) -> int:
-        """Puts the consumer's unacknowledged items back at the front; call it when a worker
-        (re)starts. Returns how many items were re-queued."""
-        recovered = cast(int, self._call(self._actor.recover.remote(consumer)))
-        if recovered:
-            logger.info("channel %s: re-queued %d item(s) of consumer %s", self.ray_name, recovered, consumer)
-        return recovered
 
     def close(self) -> None:
         """Marks the end of the stream: consumers finish once the queue is drained."""
         self._call(self._actor.close.remote())
 
     def stats(self) -> dict[str, int | bool]:
-        """Counts: queued, leased, put, delivered, acked, redelivered, waiting_*; closed."""
+        """Counts: queued, leased, pending, put, duplicates, delivered, acked, redelivered,
+        waiting_*; closed."""
         return cast(dict[str, int | bool], self._call(self._actor.stats.remote()))
 
     def destroy(self) -> None:

@@ -1,14 +1,21 @@
 """Dynamic data sharding: shards of record indices handed out from a todo queue.
 
-A shard moves todo -> doing (held by one worker) -> done. When a worker fails or restarts, its
-shards in doing go back to the front of todo (`requeue`), and a completion by a worker that no
-longer holds the shard is refused, so no shard is lost and none is completed twice. Epochs are
-laid out lazily, one after another; shard ids are unique across epochs
+A shard moves todo -> doing (held by one worker) -> done, and is completed exactly once:
+- A worker id is stable ("job.role.rank"); each process using it is a session. The first call
+  from a new session (the worker restarted alone, or with the whole job) puts the shards its
+  earlier session held back at the front of todo, so the restarted worker takes them again
+  first. `requeue(worker)` does the same on demand (a worker that will not come back).
+- A completion by a session that does not hold the shard (stale, or after a requeue) is refused.
+- `complete(worker, shard_id, state=...)` keeps the worker's state with the completion, and
+  `restore(worker)` returns it after a restart: a worker that accumulates something over its
+  shards counts each shard's records exactly once.
+Epochs are laid out lazily, one after another; shard ids are unique across epochs
 (id = epoch * shards_per_epoch + index of the range).
 
-The queue is one detached, named Ray actor per (job, queue). Caveat: its state is in memory; if
-its process dies Ray restarts it (`max_restarts=-1`) from the creation arguments, i.e. from the
-start of epoch 0. The PrimeMaster owns queues and records them in its state.
+The queue is one detached, named Ray actor per (job, queue), kept across every recovery of the
+job's actors. Caveat: its state is in memory; if its own process dies Ray restarts it
+(`max_restarts=-1`) from the creation arguments, i.e. from the start of epoch 0. The
+PrimeMaster owns queues and records them in its state.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from dlu_prime.naming import NAMESPACE, shard_queue_name
+from dlu_prime.runtime.delivery import session_id
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +81,9 @@ class _Plan:
         return shards
 
 
-class _ShardQueueActor:
-    """The queue's state. A plain (one call at a time) actor: every method is short."""
+class ShardBook:
+    """The queue's state and rules. Pure (no Ray): the queue actor is this class, one call at a
+    time, every method short."""
 
     def __init__(self, plan: _Plan) -> None:
         self._plan = plan
@@ -82,11 +91,26 @@ class _ShardQueueActor:
         self._todo: deque[Shard] = deque(plan.epoch(0))
         self._doing: dict[int, tuple[str, Shard]] = {}
         self._done: set[int] = set()
+        self._sessions: dict[str, str] = {}
+        self._states: dict[str, Any] = {}
 
     def plan(self) -> _Plan:
         return self._plan
 
-    def next_shard(self, worker: str) -> Shard | None:
+    def enter(self, worker: str, session: str) -> list[int]:
+        """Makes `session` the worker's current one; when it replaces an earlier session, the
+        shards that session held go back to the front of todo (returned)."""
+        previous = self._sessions.get(worker)
+        self._sessions[worker] = session
+        if previous is None or previous == session:
+            return []
+        ids = self.requeue(worker)
+        if ids:
+            logger.info("worker %s restarted: its shards %s are back in todo", worker, ids)
+        return ids
+
+    def next_shard(self, worker: str, session: str = "") -> Shard | None:
+        self.enter(worker, session)
         if not self._todo and self._epoch + 1 < self._plan.num_epochs:
             self._epoch += 1
             self._todo.extend(self._plan.epoch(self._epoch))
@@ -96,13 +120,22 @@ class _ShardQueueActor:
         self._doing[shard.id] = (worker, shard)
         return shard
 
-    def complete(self, worker: str, shard_id: int) -> bool:
+    def complete(
+        self, worker: str, shard_id: int, session: str = "", state: Any = None, commit: bool = False
+    ) -> bool:
+        self.enter(worker, session)
         held = self._doing.get(shard_id)
         if held is None or held[0] != worker:
             return False
         del self._doing[shard_id]
         self._done.add(shard_id)
+        if commit:
+            self._states[worker] = state
         return True
+
+    def restore(self, worker: str, session: str = "") -> Any:
+        self.enter(worker, session)
+        return self._states.get(worker)
 
     def requeue(self, worker: str) -> list[int]:
         mine = [shard for owner, shard in self._doing.values() if owner == worker]
@@ -128,7 +161,10 @@ class _ShardQueueActor:
         return len(self._done) == self._plan.shards_per_epoch * self._plan.num_epochs
 
 
-_RemoteShardQueueActor = ray.remote(_ShardQueueActor)
+_RemoteShardQueueActor = ray.remote(ShardBook)
+
+# `state=` left out: complete without touching the kept state.
+_UNSET: Any = object()
 
 
 class ShardQueue:
@@ -206,22 +242,34 @@ class ShardQueue:
         return cls(job, name, actor)
 
     def next_shard(self, worker: str) -> Shard | None:
-        """Moves the next shard from todo to doing, held by `worker`.
+        """Moves the next shard from todo to doing, held by `worker` (this process).
 
-        None means nothing is left to hand out *now*: either all is done (`finished()`), or the
-        remaining shards are held by other workers. Those come back only through `requeue`, and
-        a restarted worker re-takes its own; a worker that wants to help drain them polls
-        `finished()` and asks again.
+        A worker restarted in a new process first gets back, at the front of todo, the shards
+        its dead process held. None means nothing is left to hand out *now*: either all is done
+        (`finished()`), or the remaining shards are held by other workers (a dead one's come
+        back when it restarts, or through `requeue`); a worker that wants to help drain them
+        polls `finished()` and asks again.
         """
-        return cast(Shard | None, self._call(self._actor.next_shard.remote(worker)))
+        return cast(Shard | None, self._call(self._actor.next_shard.remote(worker, session_id())))
 
-    def complete(self, worker: str, shard_id: int) -> bool:
-        """Marks the shard done if `worker` holds it; a stale completion returns False, no change."""
-        return cast(bool, self._call(self._actor.complete.remote(worker, shard_id)))
+    def complete(self, worker: str, shard_id: int, *, state: Any = _UNSET) -> bool:
+        """Marks the shard done if this process (as `worker`) holds it, keeping `state` (the
+        worker's state with this shard's records counted in) for `restore`. A stale completion
+        returns False and changes nothing."""
+        commit = state is not _UNSET
+        ref = self._actor.complete.remote(worker, shard_id, session_id(), state if commit else None, commit)
+        return cast(bool, self._call(ref))
+
+    def restore(self, worker: str) -> Any:
+        """The state `worker` last kept with a completion (None if never): call it first thing
+        after a (re)start. Shards completed with that state are done; the ones it held unfinished
+        come back to it first."""
+        return self._call(self._actor.restore.remote(worker, session_id()))
 
     def requeue(self, worker: str) -> list[int]:
-        """Puts the worker's shards in doing back at the front of todo; call it when the worker
-        failed or (re)starts. Returns their ids."""
+        """Puts the worker's shards in doing back at the front of todo, for any worker to take:
+        for a worker that will not come back (a restarted one gets them back by itself).
+        Returns their ids."""
         ids = cast(list[int], self._call(self._actor.requeue.remote(worker)))
         if ids:
             logger.info("shard queue %s: re-queued shards %s of worker %s", self.ray_name, ids, worker)

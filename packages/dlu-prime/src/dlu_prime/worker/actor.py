@@ -150,10 +150,6 @@ class WorkerActor:
         """Self check: apply the device env and import the entrypoint. Raises if it cannot run."""
         if env:
             os.environ.update(env)
-        if self.reconstructed:
-            from dlu_prime.runtime.data import recover_data
-
-            recover_data(self.info.job, self.info.actor_name)
         self.entry = self.load_entrypoint()
         self._rpc_ready.set()
         self.stage = ActorStage.READY
