@@ -76,11 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     seed: int | str = int(args.seed) if str(args.seed).isdigit() else args.seed
     training_kinds = [k for k in args.kinds if not k.pipeline]
     pipeline_kinds = [k for k in args.kinds if k.pipeline]
-    pipeline_faults = (
-        min(args.faults, max(len(pipeline_kinds), round(args.faults * PIPELINE_SHARE)))
-        if pipeline_kinds
-        else 0
-    )
+    pipeline_faults = min(args.faults, max(len(pipeline_kinds), round(args.faults * PIPELINE_SHARE)))
+    if not pipeline_kinds or not training_kinds:  # all the faults go to the one job there is
+        pipeline_faults = args.faults if pipeline_kinds else 0
     training_faults = args.faults - pipeline_faults if training_kinds else 0
     duration_s = args.minutes * 60
     nnodes, nproc = 2, 2
@@ -117,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-ch-", dir="/tmp"))
     out = Path(args.out or tempfile.mkdtemp(prefix="dlu-chaos-"))
     steps = steps_for(duration_s, args.step_seconds)
-    reference = chaos_reference.start(steps, nnodes * nproc) if plan and not args.reference_loss else None
     cluster = start_cluster(trainer_nodes=nnodes)
     began = time.monotonic()
+    reference = None
     try:
+        if plan and not args.reference_loss:
+            reference = chaos_reference.start(steps, nnodes * nproc)
         common = {
             "steps": steps,
             "nnodes": nnodes,

@@ -2,9 +2,11 @@
 directory is this folder, so they import as `chaos_roles:<name>`).
 
 `sidecar` is the simple role beside the trainer. `pipe_source` and `pipe_sink` make the
-pipeline job: one producer puts `records` numbered records on a channel, the consumers write
-every id they receive to `<out_dir>/<actor>.ids`, so records are counted where they arrive.
-The producer keeps a cursor file: a restarted producer goes on where it was, not from 0.
+pipeline job, written to the channels' exactly-once pattern: the producer numbers its puts
+(`seq`) and resumes at `next_seq`; each consumer keeps the ids it received in the state it
+commits with every acknowledgement (`get(..., state=)`, `restore`), and writes them to
+`<out_dir>/<actor>.ids` once the channel is drained. Records are counted there, where they
+arrived: a record delivered twice, or never, shows in those files.
 """
 
 from __future__ import annotations
@@ -34,23 +36,18 @@ def _config() -> tuple[int, float, Path]:
 
 
 def pipe_source() -> None:
-    from dlu_prime.runtime import channel
+    from dlu_prime.runtime import channel, consumer_id
     from dlu_prime.runtime.data_channel import ChannelTimeoutError
 
-    records, interval_s, out_dir = _config()
-    cursor = out_dir / "source.cursor"
-    start = int(cursor.read_text()) if cursor.exists() else 0
-    out = channel(CHANNEL, CAPACITY)
-    for record in range(start, records):
+    records, interval_s, _ = _config()
+    out, me = channel(CHANNEL, CAPACITY), consumer_id()
+    for record in range(out.next_seq(me), records):  # a restarted producer resumes where it was
         while True:
             try:
-                out.put({"id": record}, timeout=WAIT_S)
+                out.put({"id": record}, timeout=WAIT_S, producer=me, seq=record)
                 break
             except ChannelTimeoutError:  # back-pressure: the consumers are behind (or restarting)
                 heartbeat()
-        tmp = cursor.with_suffix(".tmp")
-        tmp.write_text(str(record + 1))
-        tmp.replace(cursor)
         heartbeat(record + 1)
         if interval_s > 0:
             time.sleep(interval_s)
@@ -62,20 +59,22 @@ def pipe_sink() -> None:
     from dlu_prime.runtime.data_channel import ChannelTimeoutError
 
     _, _, out_dir = _config()
-    me = consumer_id()
-    source = channel(CHANNEL, CAPACITY)
-    with open(out_dir / f"{me}.ids", "a", encoding="utf-8") as log:
-        while True:
-            try:
-                item = source.get(me, timeout=WAIT_S)
-            except ChannelTimeoutError:
-                heartbeat()
-                continue
-            except ChannelClosed:
-                return
-            log.write(f"{int(item['id'])}\n")
-            log.flush()
+    source, me = channel(CHANNEL, CAPACITY), consumer_id()
+    state: dict[str, list[int]] = source.restore(me) or {"seen": []}
+    while True:
+        try:
+            item = source.get(me, timeout=WAIT_S, state=state)  # commits what was seen before it
+        except ChannelTimeoutError:
             heartbeat()
+            continue
+        except ChannelClosed:
+            break
+        state["seen"].append(int(item["id"]))
+        heartbeat()
+    log = out_dir / f"{me}.ids"
+    tmp = log.with_suffix(".tmp")
+    tmp.write_text("".join(f"{record}\n" for record in state["seen"]))
+    tmp.replace(log)
 
 
 def received(out_dir: Path) -> tuple[int, ...]:

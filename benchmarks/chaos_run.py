@@ -289,7 +289,13 @@ def run_pipeline(pipeline: Pipeline, plan: Sequence[Planned], finish_timeout_s: 
     watch = JobWatch(pipeline.name)
     outcome = Outcome(pipeline.name)
     launcher.submit_job(spec, WORKDIR)
-    wait_for("the pipeline to run", lambda: (pipeline.out / "source.cursor").exists(), START_TIMEOUT_S)
+    producer = actor_name(pipeline.name, "source", 0)
+
+    def producing() -> bool:
+        current = watch.status()
+        return current is not None and (watch.steps(current).get(producer) or 0) > 0
+
+    wait_for("the pipeline to run", producing, START_TIMEOUT_S)
     origin = time.monotonic()
     for planned in sorted(plan, key=lambda p: p.at):
         while time.monotonic() < origin + planned.at:
@@ -300,7 +306,7 @@ def run_pipeline(pipeline: Pipeline, plan: Sequence[Planned], finish_timeout_s: 
             outcome.notes.append(f"pipeline ended before the fault planned at +{planned.at:.0f} s")
             break
         if planned.kind is FaultKind.PRODUCER_KILL:
-            actor = actor_name(pipeline.name, "source", 0)
+            actor = producer
         elif planned.kind is FaultKind.CONSUMER_KILL:
             actor = actor_name(pipeline.name, "sink", planned.target or 0)
         else:

@@ -8,7 +8,7 @@ campaign goes (every few seconds and around each fault) and merged here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,12 +129,60 @@ class Before:
 
 
 @dataclass
-class _Progress:
+class _Process:
     """What one rank's current process has shown since the campaign first saw it."""
 
     pid: int | None
     first: int | None  # the step shown then (possibly the previous process's last)
     moves: set[int]
+
+
+class Recovery:
+    """Whether a job trains again after a fault, from successive looks at its ranks (pure).
+
+    Back to training: every rank runs a process started after the fault (if the fault
+    `restarted` training) and each of those processes has reported two new steps, so
+    collectives across all ranks work again. A step shown right after a restart may still be
+    the old process's last one, and old processes may train on for a moment after a recovery
+    began: only steps that moved while the rank's current process was known count.
+    """
+
+    def __init__(self, actors: Sequence[str], before: Before, restarted: bool, checkpoint_every: int) -> None:
+        self.actors = tuple(actors)
+        self.before = before
+        self.restarted = restarted
+        self.checkpoint_every = checkpoint_every
+        self.processes: dict[str, _Process] = {}
+
+    def look(self, pids: Mapping[str, int | None], steps: Mapping[str, int]) -> None:
+        """One look: each rank's latest process and the step the job's status shows for it."""
+        for actor in self.actors:
+            pid = pids.get(actor)
+            if self.restarted and pid == self.before.pids.get(actor):
+                continue
+            step = steps.get(actor)
+            known = self.processes.get(actor)
+            if known is None or known.pid != pid:
+                self.processes[actor] = _Process(pid, step, set())
+            elif step is not None and step != known.first:
+                known.moves.add(step)
+
+    @property
+    def training(self) -> bool:
+        return len(self.processes) == len(self.actors) and all(
+            len(p.moves) >= 2 for p in self.processes.values()
+        )
+
+    @property
+    def lost_steps(self) -> int:
+        """Steps done before the fault and done again: from the furthest step seen before it back
+        to where training resumed (the lowest new step, rounded down to the checkpoint interval)."""
+        moved = [step for p in self.processes.values() for step in p.moves]
+        if not self.restarted or not moved:
+            return 0
+        top = max(self.before.steps.values(), default=0)
+        every = self.checkpoint_every
+        return max(0, top - (max(min(moved) - 1, 0) // every) * every)
 
 
 def back_to_training(
@@ -147,18 +195,9 @@ def back_to_training(
     restarted: bool,
     need_event: bool = True,
 ) -> Back:
-    """Wait until the job trains again after a fault: a recovery event newer than the fault is on
-    the timeline (unless not `need_event`: the job's start), every rank runs a process started
-    after the fault if the fault `restarted` training, and each of those processes has reported
-    two new steps (collectives across all ranks work again).
-
-    A step shown right after a restart may still be the old process's last one, and old processes
-    may train on for a moment after a recovery began: only steps that moved while the rank's
-    current process was known count. Lost steps: the lowest new step, rounded down to the
-    checkpoint interval, is where training resumed.
-    """
-    top = max(before.steps.values(), default=0)
-    progress: dict[str, _Progress] = {}
+    """Wait until a recovery event newer than the fault is on the timeline (unless not
+    `need_event`: the job's start) and the job trains again (see `Recovery`)."""
+    recovery = Recovery(ranks.actors, before, restarted, ranks.checkpoint_every)
     seen_event = not need_event
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -168,33 +207,13 @@ def back_to_training(
             time.sleep(POLL_S)
             continue
         if status.stage is JobStage.STOPPED:
-            return Back(None, _lost(top, progress, restarted, ranks.checkpoint_every), stopped=True)
+            return Back(None, recovery.lost_steps, stopped=True)
         seen_event = seen_event or bool(watch.recoveries_since(fault_at))
-        steps = watch.steps(status)
-        for actor, pid in ranks.pids().items():
-            if restarted and pid == before.pids.get(actor):
-                continue
-            step = steps.get(actor)
-            known = progress.get(actor)
-            if known is None or known.pid != pid:
-                progress[actor] = _Progress(pid, step, set())
-            elif step is not None and step != known.first:
-                known.moves.add(step)
-        if (
-            seen_event
-            and len(progress) == len(ranks.actors)
-            and all(len(p.moves) >= 2 for p in progress.values())
-        ):
-            return Back(time.time(), _lost(top, progress, restarted, ranks.checkpoint_every))
+        recovery.look(ranks.pids(), watch.steps(status))
+        if seen_event and recovery.training:
+            return Back(time.time(), recovery.lost_steps)
         time.sleep(POLL_S)
-    return Back(None, _lost(top, progress, restarted, ranks.checkpoint_every))
-
-
-def _lost(top: int, progress: dict[str, _Progress], restarted: bool, every: int) -> int:
-    moved = [step for p in progress.values() for step in p.moves]
-    if not restarted or not moved:
-        return 0
-    return max(0, top - (max(min(moved) - 1, 0) // every) * every)
+    return Back(None, recovery.lost_steps)
 
 
 def back_to_work(watch: JobWatch, fault_at: float, actor: str, timeout_s: float) -> Back:
