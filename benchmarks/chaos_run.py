@@ -311,12 +311,17 @@ def run_pipeline(pipeline: Pipeline, plan: Sequence[Planned], finish_timeout_s: 
             actor = actor_name(pipeline.name, "sink", planned.target or 0)
         else:
             raise ValueError(f"{planned.kind.value} is not a fault of the pipeline job")
+        logger.info("chaos: %s of %s at +%.1f s", planned.kind.value, actor, planned.at)
         pid = faults.actor_pid(actor)
         fault = Injected(
             planned.kind.value, pipeline.name, time.time(), actor=actor, planned=planned.kind.value
         )
         faults.kill_pid(pid)
         back = back_to_work(watch, fault.at, actor, RECOVERY_TIMEOUT_S)
+        if back.at is None:
+            outcome.notes.append(
+                f"{actor} not back at work within {RECOVERY_TIMEOUT_S:.0f} s after {planned.kind.value}"
+            )
         outcome.injected.append(_stamped(fault, back.at, 0))
     final = watch.wait_stopped(finish_timeout_s)
     if final is None:
