@@ -21,7 +21,7 @@ from chaos_jobs import Training, steps_for
 from chaos_run import TrainingCampaign
 from chaos_schedule import FaultKind, injections, schedule
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 KINDS = [
     FaultKind.PROC_CRASH,
