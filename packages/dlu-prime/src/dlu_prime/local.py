@@ -50,12 +50,11 @@ class LocalJobClient(JobClient):
         return self._submit(spec, resume=True)
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
-        """Take the name first: a run refused because another process runs the job starts
-        nothing (no Ray, no zygote). Then, still before Ray or any zygote starts, a job that
-        cannot run here is refused at no cost."""
+        """Before Ray or any zygote starts, a job that cannot run here is refused at no cost,
+        and so is one whose name another process runs."""
+        preflight.check_local(spec, os.getcwd(), self._ray_options)
         lock = job_lock.take(self.files.lock_path(spec.name), spec.name)
         try:
-            preflight.check_local(spec, os.getcwd(), self._ray_options)
             if self._address is None:  # the embedded Ray starts here: warm this node up beside it
                 roles.warm_up_this_node(spec.roles)
             self._ensure_ray()

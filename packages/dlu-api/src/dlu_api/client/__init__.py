@@ -20,10 +20,10 @@ def connect(address: str | None = None, workdir: str | None = None, spec: JobSpe
 
     `workdir` (clusters only): the directory on the cluster's nodes that holds the job's code;
     a local run imports from the current directory.
-    `spec`: the job about to be submitted; a local run takes the job's name on this machine
-    first (refused if another process runs it), checks what it can without Ray (refusing bad
-    input before anything starts), then starts what this machine's workers will need (the
-    zygote of elastic roles) before it imports Ray, so that their imports overlap.
+    `spec`: the job about to be submitted; a local run checks what it can without Ray (refusing
+    bad input before anything starts), takes the job's name on this machine (refused if another
+    process runs it), then starts what this machine's workers will need (the zygote of elastic
+    roles) before it imports Ray, so that their imports overlap.
 
     Raises:
         ValueError: the address is not an http(s) URL.
@@ -34,8 +34,8 @@ def connect(address: str | None = None, workdir: str | None = None, spec: JobSpe
     address = address or os.environ.get(ADDRESS_ENV) or None
     if address is None or address == "local":
         if spec is not None:
-            reserve_local(spec)
             check_local(spec)
+            reserve_local(spec)
             warm_up_local(spec)
         return local_client()
     if not address.startswith(("http://", "https://")):
