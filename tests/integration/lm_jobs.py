@@ -1,11 +1,15 @@
-"""The reference LM job the failover tests run: 2 nodes x 1 process (CPU, gloo), checkpoints."""
+"""The reference LM job the failover tests run (2 nodes x 1 process, CPU, gloo, checkpoints),
+and the status reads and waits they share."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dlu_api.spec import spec_from_dict
+from dlu_api.status import JobStatus
 
 LM = Path(__file__).resolve().parents[2] / "examples" / "elastic" / "train_lm.py"
 
@@ -48,3 +52,23 @@ def lm_job(
             ],
         }
     )
+
+
+def status_of(name: str) -> JobStatus | None:
+    """The job's status with its whole timeline; None while its PrimeMaster restarts."""
+    from dlu_prime import launcher
+    from dlu_prime.master.state import MAX_EVENTS
+
+    try:
+        return launcher.job_status(name, events=MAX_EVENTS)
+    except Exception:
+        return None
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -11,38 +11,17 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lm_jobs import lm_job
+from lm_jobs import lm_job, status_of, wait_until
 
 from dlu_api.spec import spec_from_dict
-from dlu_api.status import JobStatus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
 
 HERE = Path(__file__).parent
-
-
-def status_of(name: str) -> JobStatus | None:
-    from dlu_prime import launcher
-
-    try:
-        return launcher.job_status(name)
-    except Exception:
-        return None  # the PrimeMaster may be restarting
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def step_of(name: str, actor: str) -> int:

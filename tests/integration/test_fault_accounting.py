@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lm_jobs import lm_job
+from lm_jobs import lm_job, status_of, wait_until
 
 from dlu_api.status import JobStatus
 
@@ -29,25 +27,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
 
 HERE = Path(__file__).parent
 RECOVERIES = frozenset({"inplace_restart", "failover_started", "master_restarted", "node_relaunch"})
-
-
-def status_of(name: str) -> JobStatus | None:
-    from dlu_prime import launcher
-    from dlu_prime.master.state import MAX_EVENTS
-
-    try:
-        return launcher.job_status(name, events=MAX_EVENTS)
-    except Exception:
-        return None  # the PrimeMaster may be restarting
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def actor_status(actor: str) -> dict[str, Any]:

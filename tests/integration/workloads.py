@@ -31,6 +31,17 @@ def forever() -> None:
         heartbeat(step)
 
 
+class SlowToStop:
+    """Runs until killed and answers a stop request only after minutes: a clean stop of its job
+    waits out the PrimeMaster's stop timeout (what a second Ctrl-C does not wait for)."""
+
+    def run(self) -> None:
+        forever()
+
+    def stop(self) -> None:
+        time.sleep(600)
+
+
 def silent_service() -> None:
     """A service that works without ever calling heartbeat(): judged by its poll answers only."""
     while True:

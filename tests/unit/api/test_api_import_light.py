@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,4 +203,27 @@ def test_a_local_run_warms_the_node_up_before_importing_ray_or_torch() -> None:
     assert result["elastic"] == 1, "an elastic role starts the node's zygote"
     assert len(result["started"]) == 1, "a role without training processes starts nothing"
     assert "torch" in result["started"][0]
+    assert result["heavy"] == []
+
+
+def test_a_local_run_takes_its_job_name_before_importing_ray(tmp_path: Path) -> None:
+    # `dlu run` refuses a name another process runs before it starts or imports anything heavy.
+    result = _python(
+        f"""
+        import json, os, sys
+        from pathlib import Path
+        os.environ["DLU_HOME"] = {str(tmp_path)!r}
+        from dlu_api.client.local import reserve_local
+        from dlu_api.spec import spec_from_dict
+        simple = {{"name": "s", "kind": "simple", "entrypoint": "m:f"}}
+        reserve_local(spec_from_dict({{"name": "named", "device_type": "CPU", "roles": [simple]}}))
+        from dlu_prime import job_lock
+        print(json.dumps({{
+            "holder": job_lock.holder(Path({str(tmp_path)!r}) / "jobs" / "named.lock"),
+            "pid": os.getpid(),
+            "heavy": sorted(m for m in ("ray", "torch", "grpc") if m in sys.modules),
+        }}))
+        """
+    )
+    assert result["holder"] == result["pid"]
     assert result["heavy"] == []

@@ -8,7 +8,9 @@ from pydantic import BaseModel, Field
 
 
 class JobStage(StrEnum):
-    """PrimeManager stages, plus PENDING for a job the cluster has accepted but not started."""
+    """PrimeManager stages, plus PENDING for a job the cluster has accepted but not started, and
+    LOST for a local job whose process is gone: it was killed or crashed before it could record
+    the job's end (no PrimeManager is ever LOST; a client reads it)."""
 
     PENDING = "PENDING"
     INIT = "INIT"
@@ -16,10 +18,11 @@ class JobStage(StrEnum):
     RUNNING = "RUNNING"
     STOPPING = "STOPPING"
     STOPPED = "STOPPED"
+    LOST = "LOST"
 
     @property
     def is_terminal(self) -> bool:
-        return self is JobStage.STOPPED
+        return self in (JobStage.STOPPED, JobStage.LOST)
 
 
 class ActorStatus(BaseModel):

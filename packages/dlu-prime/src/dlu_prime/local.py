@@ -2,111 +2,30 @@
 
 The embedded Ray lives as long as this process. Each job's latest status is also written to
 `$DLU_HOME/jobs/<name>.json` (default `~/.dlu`), so `dlu status`, `dlu list` and `dlu stop`
-from another terminal see local jobs too.
+from another terminal see local jobs too (dlu_prime.job_files). While a job runs, this process
+holds its name's lock (dlu_prime.job_lock): a second run of the name on this machine is refused
+before anything starts, and once this process is gone its unfinished jobs read as LOST.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
-from dlu_prime import launcher, preflight, ray_env, roles
+from dlu_prime import job_lock, launcher, preflight, ray_env, roles
+from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
+from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
+from dlu_prime.stop_now import kill_job, killed_status
 
-HOME_ENV = "DLU_HOME"
-
-
-def dlu_home() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".dlu")
-
-
-class JobFiles:
-    """The per-job status files of local runs."""
-
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = (root or dlu_home()) / "jobs"
-
-    def path(self, name: str) -> Path:
-        return self.root / f"{name}.json"
-
-    def write(self, status: JobStatus, ray_address: str | None) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        record = {
-            "status": status.model_dump(mode="json"),
-            "ray_address": ray_address,
-            "pid": os.getpid(),
-        }
-        tmp = self.path(status.name).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        tmp.replace(self.path(status.name))
-
-    def read(self, name: str) -> dict[str, Any]:
-        try:
-            return json.loads(self.path(name).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise JobNotFoundError(f"no local job named {name!r}; `dlu list` shows the known jobs") from None
-
-    # debugging requests for a job run by another `dlu run` process --------------------------------
-    def _mailbox(self, name: str) -> Path:
-        return self.root / f"{name}.debug"
-
-    def ask(self, name: str, request: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any]:
-        """Leave a request for the process running the job and wait for its answer.
-
-        Raises:
-            JobNotFoundError: nobody answered (the job's `dlu run` is gone or busy).
-        """
-        box = self._mailbox(name)
-        box.mkdir(parents=True, exist_ok=True)
-        key = uuid.uuid4().hex
-        tmp = box / f"{key}.tmp"
-        tmp.write_text(json.dumps(request), encoding="utf-8")
-        tmp.replace(box / f"{key}.request.json")
-        answer = box / f"{key}.answer.json"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if answer.exists():
-                found: dict[str, Any] = json.loads(answer.read_text(encoding="utf-8"))
-                answer.unlink(missing_ok=True)
-                return found
-            time.sleep(0.1)
-        (box / f"{key}.request.json").unlink(missing_ok=True)
-        raise JobNotFoundError(
-            f"local job {name!r} did not answer in {timeout_s:.0f}s; is its `dlu run` running?"
-        )
-
-    def serve(self, name: str, handle: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """Answer every waiting request (called by the process running the job)."""
-        box = self._mailbox(name)
-        if not box.is_dir():
-            return
-        for request in sorted(box.glob("*.request.json")):
-            key = request.name.split(".")[0]
-            try:
-                body: dict[str, Any] = json.loads(request.read_text(encoding="utf-8"))
-                answer = handle(body)
-            except Exception as exc:
-                answer = {"error": f"{type(exc).__name__}: {exc}"}
-            request.unlink(missing_ok=True)
-            tmp = box / f"{key}.answer.tmp"
-            tmp.write_text(json.dumps(answer), encoding="utf-8")
-            tmp.replace(box / f"{key}.answer.json")
-
-    def names(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        files = sorted(self.root.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        return [p.stem for p in files]
+CLOSED_REASON = "stopped: the client that ran it was closed, and its embedded Ray with it"
 
 
 class LocalJobClient(JobClient):
@@ -116,6 +35,8 @@ class LocalJobClient(JobClient):
         self._ray_options = ray_options
         self._address: str | None = None
         self._specs: dict[str, JobSpec] = {}
+        self._locks: dict[str, job_lock.JobLock] = {}
+        self._last: dict[str, JobStatus] = {}
         self.files = JobFiles()
 
     def _ensure_ray(self) -> None:
@@ -129,15 +50,36 @@ class LocalJobClient(JobClient):
         return self._submit(spec, resume=True)
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
-        # Before Ray or any zygote starts: a job that cannot run here is refused at no cost.
+        """Before Ray or any zygote starts, a job that cannot run here is refused at no cost,
+        and so is one whose name another process runs."""
         preflight.check_local(spec, os.getcwd(), self._ray_options)
-        if self._address is None:  # the embedded Ray starts here: warm this node up beside it
-            roles.warm_up_this_node(spec.roles)
-        self._ensure_ray()
-        launcher.submit_job(spec, os.getcwd(), resume)
+        lock = job_lock.take(self.files.lock_path(spec.name), spec.name)
+        try:
+            if self._address is None:  # the embedded Ray starts here: warm this node up beside it
+                roles.warm_up_this_node(spec.roles)
+            self._ensure_ray()
+            launcher.submit_job(spec, os.getcwd(), resume)
+        except BaseException:
+            lock.release()
+            raise
         self._specs[spec.name] = spec
-        self.files.write(JobStatus(name=spec.name, stage=JobStage.INIT), self._address)
+        self._locks[spec.name] = lock
+        self._record(JobStatus(name=spec.name, stage=JobStage.INIT))
         return spec.name
+
+    def _record(self, status: JobStatus) -> None:
+        self._last[status.name] = status
+        self.files.write(status, self._address)
+
+    def _finish(self, final: JobStatus) -> None:
+        """Write the job's end, then give its name up (in that order: a reader that finds the
+        name free finds the end written)."""
+        self._record(final)
+        self._specs.pop(final.name, None)
+        self._last.pop(final.name, None)
+        lock = self._locks.pop(final.name, None)
+        if lock is not None:
+            lock.release()
 
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         spec = self._specs.get(name)
@@ -145,13 +87,23 @@ class LocalJobClient(JobClient):
             raise JobNotFoundError(f"job {name!r} was not submitted by this process")
 
         def record(status: JobStatus) -> None:
-            self.files.write(status, self._address)
+            self._record(status)
             if on_update is not None:
                 on_update(status)
 
         final = launcher.wait_job(spec, record, on_poll=lambda: self.files.serve(name, _answer_debug(name)))
-        self.files.write(final, self._address)
-        self._specs.pop(name, None)
+        self._finish(final)
+        return final
+
+    def stop_now(self, name: str, reason: str = "stopped at once by user request") -> JobStatus:
+        """Kill the job's PrimeMaster, actors and placement groups without a clean stop, record
+        it STOPPED (exit code 130) and give its name up. A job of another process is only asked
+        to stop (as `stop` does)."""
+        spec = self._specs.get(name)
+        if spec is None:
+            return super().stop_now(name, reason)
+        final = kill_job(spec, self._last.get(name), reason, EXIT_STOPPED)
+        self._finish(final)
         return final
 
     def status(self, name: str) -> JobStatus:
@@ -159,7 +111,7 @@ class LocalJobClient(JobClient):
             current = launcher.job_status(name)
             if current is not None:
                 return current
-        return JobStatus.model_validate(self.files.read(name)["status"])
+        return self.files.status(name)[0]
 
     def events(self, name: str) -> list[JobEvent]:
         """The whole timeline while this process runs the job; else the last one saved."""
@@ -170,22 +122,32 @@ class LocalJobClient(JobClient):
         return list(self.status(name).events)
 
     def stop(self, name: str) -> None:
-        """Stop a local job. One run by another `dlu run` process is stopped the way Ctrl-C does:
-        that process gets SIGINT, stops the job cleanly and exits with 130."""
+        """Stop a local job. One run by another process is stopped the way Ctrl-C does: that
+        process gets SIGINT, stops the job cleanly and (`dlu run`) exits with 130.
+
+        Raises:
+            JobNotFoundError: no such job, or no process runs it (STOPPED or LOST); nothing is
+                signalled then.
+        """
         if name in self._specs:
             launcher.stop_job(name)
             return
-        record = self.files.read(name)
-        if JobStatus.model_validate(record["status"]).stage is JobStage.STOPPED:
-            return
-        pid = int(record.get("pid") or 0)
+        status, owner = self.files.status(name)
+        if owner is None:
+            if status.stage is JobStage.STOPPED:
+                return
+            raise JobNotFoundError(
+                f"local job {name!r} is not running ({status.stage.value}): {status.reason}"
+            )
+        if owner == 0:
+            raise JobNotFoundError(f"local job {name!r} is just starting; try again in a moment")
+        if owner == os.getpid():
+            raise JobNotFoundError(f"local job {name!r} runs in this process: stop it with its own client")
         try:
-            if pid <= 0:
-                raise ProcessLookupError(pid)
-            os.kill(pid, signal.SIGINT)
+            os.kill(owner, signal.SIGINT)
         except ProcessLookupError:
             raise JobNotFoundError(
-                f"local job {name!r} is not running (its `dlu run` process is gone)"
+                f"local job {name!r} is not running (its process {owner} is gone)"
             ) from None
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
@@ -198,9 +160,10 @@ class LocalJobClient(JobClient):
                 stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
                 yield f"{stamp} {event.kind} {where + ': ' if where else ''}{event.message}"
             seen = len(status.events)
-            if not follow or status.stage is JobStage.STOPPED:
-                if status.stage is JobStage.STOPPED and status.reason:
-                    yield f"stopped: exit code {status.exit_code}: {status.reason}"
+            if not follow or status.stage.is_terminal:
+                if status.stage.is_terminal and status.reason:
+                    code = "" if status.exit_code is None else f": exit code {status.exit_code}"
+                    yield f"{status.stage.value.lower()}{code}: {status.reason}"
                 return
             time.sleep(1.0)
 
@@ -210,9 +173,9 @@ class LocalJobClient(JobClient):
         if name in self._specs:
             answer = _answer_debug(name)({"action": action, "role": role, "rank": rank, "step": step})
         else:
-            record = self.files.read(name)
-            if JobStatus.model_validate(record["status"]).stage is JobStage.STOPPED:
-                raise JobNotFoundError(f"local job {name!r} has stopped")
+            status, owner = self.files.status(name)
+            if owner is None:
+                raise JobNotFoundError(f"local job {name!r} is not running ({status.stage.value})")
             answer = self.files.ask(name, {"action": action, "role": role, "rank": rank, "step": step})
         if "error" in answer:
             raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
@@ -221,16 +184,23 @@ class LocalJobClient(JobClient):
     def list_jobs(self) -> list[JobSummary]:
         out: list[JobSummary] = []
         for name in self.files.names():
-            status = JobStatus.model_validate(self.files.read(name)["status"])
+            try:
+                status = self.files.status(name)[0]
+            except JobNotFoundError:
+                continue  # removed meanwhile
             out.append(JobSummary(name=name, stage=status.stage, exit_code=status.exit_code, where="local"))
         return out
 
     def close(self) -> None:
+        """Shut the embedded Ray down; a job still running here ends with it, recorded STOPPED."""
         import ray
 
         if self._address is not None and ray.is_initialized():
             ray.shutdown()
         self._address = None
+        for name in list(self._specs):
+            last = self._last.get(name) or JobStatus(name=name, stage=JobStage.INIT)
+            self._finish(killed_status(last, CLOSED_REASON, EXIT_STOPPED))
 
 
 def _answer_debug(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -244,3 +214,6 @@ def _answer_debug(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
         return {"result": result}
 
     return handle
+
+
+__all__ = ["HOME_ENV", "JobFiles", "LocalJobClient", "dlu_home"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dlu_prime import ray_workers
+from dlu_prime import ray_workers, reaper
 from dlu_prime.naming import NAMESPACE
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,9 @@ def _lean_head(options: dict[str, Any]) -> Iterator[None]:
 
 
 def init_local(**overrides: Any) -> str:
-    """Start a private embedded Ray on this machine (loopback only, no dashboard); its address."""
+    """Start a private embedded Ray on this machine (loopback only, no dashboard); its address.
+
+    Every process of it ends when this process does, however this one ends (dlu_prime.reaper)."""
     import ray
 
     quiet_ray_env()
@@ -105,7 +107,7 @@ def init_local(**overrides: Any) -> str:
             "log_to_driver": True,
         }
         options.update(overrides)
-        with _lean_head(options):
+        with _lean_head(options), reaper.marked():  # what this Ray starts ends with this process
             ray.init(**options)
     return str(ray.get_runtime_context().gcs_address)
 

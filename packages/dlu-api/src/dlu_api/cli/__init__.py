@@ -1,22 +1,28 @@
-"""The `dlu` command line. Exit codes: the job's own for `run`; 0 ok; 1 failed check; 2 usage errors."""
+"""The `dlu` command line. Exit codes: the job's own for `run` (130 when interrupted); 0 ok;
+1 failed check; 2 usage errors and refusals (e.g. a job name already running)."""
 
 from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
 from dlu_api.builder import from_torchrun_cmd
+from dlu_api.cli import interrupts
+from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
-from dlu_api.client import connect
+from dlu_api.client import JobClient, connect
 from dlu_api.errors import DLUError, SpecError
 from dlu_api.spec.entrypoint import is_torchrun_command
 from dlu_api.spec.io import job_schema, load_spec, read_spec_data, spec_from_dict
 from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStatus
 
 app = typer.Typer(
     name="dlu",
@@ -79,27 +85,16 @@ def run(
     address: AddressOpt = None,
     workdir: WorkdirOpt = None,
 ) -> None:
-    """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code."""
+    """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code.
+
+    Ctrl-C (or SIGTERM) stops the job cleanly and exits with 130; a second one stops it at once.
+    A local run of a job name that another process on this machine runs is refused."""
     try:
         spec = _spec_from_args(spec_or_command, name, device_type)
         client = connect(address, workdir, spec)
-        job = client.submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    printer = ProgressPrinter(_echo)
-    try:
-        try:
-            final = client.wait(job, printer)
-        except KeyboardInterrupt:
-            typer.echo(f"interrupted: stopping job {job} ...", err=True)
-            client.stop(job)
-            final = client.wait(job, printer)
-            typer.echo(status_text(final, events=0))
-            raise typer.Exit(130) from None
-    finally:
-        client.close()
-    typer.echo(status_text(final, events=0))
-    raise typer.Exit(final.exit_code if final.exit_code is not None else 1)
+    _start_and_follow(client, spec, client.submit)
 
 
 @app.command()
@@ -113,16 +108,52 @@ def resume(
     try:
         spec = _spec_from_args([str(spec_file)], None, None)
         client = connect(address, workdir, spec)
-        job = client.resume(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    _start_and_follow(client, spec, client.resume)
+
+
+SECOND_INTERRUPT_REASON = (
+    "interrupted twice: stopped at once, its actors killed without waiting for a clean stop"
+)
+
+
+def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec], str]) -> NoReturn:
+    """Start the job, follow it to its end, close the client; exits with the job's code (130
+    when interrupted)."""
     printer = ProgressPrinter(_echo)
     try:
-        final = client.wait(job, printer)
+        try:
+            job = start(spec)
+        except (DLUError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted: job {spec.name} was not started", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        final, code = _follow(client, job, printer)
     finally:
-        client.close()
+        with interrupts.shielded(f"dlu: shutting down, a moment (`kill -9 {os.getpid()}` ends it now)"):
+            client.close()
     typer.echo(status_text(final, events=0))
-    raise typer.Exit(final.exit_code if final.exit_code is not None else 1)
+    raise typer.Exit(code)
+
+
+def _follow(client: JobClient, job: str, printer: ProgressPrinter) -> tuple[JobStatus, int]:
+    """Wait for the job to stop: the first interrupt stops it cleanly, a second one at once."""
+    with interrupts.terminate_as_interrupt():
+        try:
+            final = client.wait(job, printer)
+            return final, final.exit_code if final.exit_code is not None else 1
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted: stopping job {job} ... (interrupt again to stop it at once)", err=True)
+        try:
+            client.stop(job)
+            return client.wait(job, printer), EXIT_INTERRUPTED
+        except KeyboardInterrupt:
+            note = f"dlu: already stopping job {job} at once, a moment (`kill -9 {os.getpid()}` ends it now)"
+            with interrupts.shielded(note):
+                typer.echo(f"interrupted again: stopping job {job} at once ...", err=True)
+                return client.stop_now(job, SECOND_INTERRUPT_REASON), EXIT_INTERRUPTED
 
 
 @app.command()

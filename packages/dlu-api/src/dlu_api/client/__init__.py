@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.client.local import check_local, local_client, warm_up_local
+from dlu_api.client.local import check_local, local_client, reserve_local, warm_up_local
 
 if TYPE_CHECKING:
     from dlu_api.client.remote import RemoteJobClient
@@ -21,18 +21,21 @@ def connect(address: str | None = None, workdir: str | None = None, spec: JobSpe
     `workdir` (clusters only): the directory on the cluster's nodes that holds the job's code;
     a local run imports from the current directory.
     `spec`: the job about to be submitted; a local run checks what it can without Ray (refusing
-    bad input before anything starts), then starts what this machine's workers will need (the
-    zygote of elastic roles) before it imports Ray, so that their imports overlap.
+    bad input before anything starts), takes the job's name on this machine (refused if another
+    process runs it), then starts what this machine's workers will need (the zygote of elastic
+    roles) before it imports Ray, so that their imports overlap.
 
     Raises:
         ValueError: the address is not an http(s) URL.
         SpecError: a local run of a job that cannot run here; nothing was started.
         MissingComponentError: a local run without dlu-prime installed.
+        JobNameTakenError: a local run of a name another process runs (`spec` given).
     """
     address = address or os.environ.get(ADDRESS_ENV) or None
     if address is None or address == "local":
         if spec is not None:
             check_local(spec)
+            reserve_local(spec)
             warm_up_local(spec)
         return local_client()
     if not address.startswith(("http://", "https://")):

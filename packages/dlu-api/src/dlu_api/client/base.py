@@ -60,6 +60,19 @@ class JobClient(ABC):
             JobNotFoundError: no such job.
         """
 
+    def stop_now(self, name: str, reason: str = "stopped at once by user request") -> JobStatus:
+        """Stop the job without waiting for a clean stop (a second Ctrl-C): what this client can
+        kill at once it kills, and the job's status afterwards is returned. This default only
+        asks for a stop (as `stop`) and returns the status as it is then; the local client
+        kills the job's actors and returns it STOPPED.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+        del reason
+        self.stop(name)
+        return self.status(name)
+
     @abstractmethod
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         """The job's log lines; with `follow`, keeps yielding until the job stops.

@@ -16,6 +16,7 @@ LOCAL_CLIENT_PATH = "dlu_prime.local:LocalJobClient"
 # Import no Ray: they run before the local client is imported.
 LOCAL_WARMUP_PATH = "dlu_prime.roles:warm_up_this_node"
 LOCAL_PREFLIGHT_PATH = "dlu_prime.preflight:check_local"
+LOCAL_RESERVE_PATH = "dlu_prime.job_files:reserve"
 
 INSTALL_HINT = (
     "Running a job on this machine needs dlu-prime (the DLU control plane, with Ray). "
@@ -51,6 +52,22 @@ def local_client() -> JobClient:
     if not isinstance(client, JobClient):
         raise MissingComponentError(f"{LOCAL_CLIENT_PATH} is not a JobClient; reinstall dlu-prime.")
     return client
+
+
+def reserve_local(spec: JobSpec) -> None:
+    """Take `spec`'s job name on this machine for the local client of this process, before
+    anything starts: a name another process runs is refused here. Without dlu-prime it does
+    nothing: `local_client` says what to install.
+
+    Raises:
+        JobNameTakenError: another process runs a job of that name; the message names its pid.
+    """
+    module_name, _, attr = LOCAL_RESERVE_PATH.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        return
+    getattr(module, attr)(spec.name)
 
 
 def check_local(spec: JobSpec) -> None:

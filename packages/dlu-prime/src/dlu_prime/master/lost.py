@@ -4,12 +4,16 @@ Ray stops rebuilding the PrimeMaster once `master_max_restart` is used up; nothi
 write the job's end. Whoever follows the job (the launcher, `dlu stop`) closes the stored state
 instead, so every later reader sees it STOPPED, with the limit and the cause named and no actor
 listed as running, not the RUNNING stage the last PrimeMaster saved.
+
+The same holds for a job stopped at once (a second Ctrl-C on `dlu run`): its PrimeMaster is
+killed before it can write the end, so the process that killed it writes it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.master.state import JobState, Tier, close_actors
@@ -38,6 +42,25 @@ def close_lost_job(store: StateStore, job: str, cause: str) -> JobStatus | None:
     A state already STOPPED is returned unchanged. If a PrimeMaster wrote meanwhile (the token
     moved), it is alive after all: its state is returned as it is.
     """
+    return _close(
+        store, job, lambda state: lost_master_reason(state, cause), EXIT_FAILED, "master_lost", Tier.MASTER
+    )
+
+
+def close_killed_job(store: StateStore, job: str, reason: str, exit_code: int) -> JobStatus | None:
+    """Write the end of a job whose PrimeMaster and actors were just killed on purpose (a
+    stop at once); its status, or None if nothing is stored. A state already STOPPED stays."""
+    return _close(store, job, lambda _state: reason, exit_code, "killed", None)
+
+
+def _close(
+    store: StateStore,
+    job: str,
+    reason_of: Callable[[JobState], str],
+    exit_code: int,
+    kind: str,
+    tier: Tier | None,
+) -> JobStatus | None:
     try:
         stored = store.get(job)
         if stored is None:
@@ -45,15 +68,15 @@ def close_lost_job(store: StateStore, job: str, cause: str) -> JobStatus | None:
         state = JobState.loads(stored.data)
         if state.stage is JobStage.STOPPED:
             return state.to_status()
-        reason = lost_master_reason(state, cause)
+        reason = reason_of(state)
         before = state.stage
         state.stage = JobStage.STOPPED
-        state.exit_code = EXIT_FAILED
+        state.exit_code = exit_code
         state.reason = reason
         state.failover = None
         close_actors(state)
         now = time.time()
-        state.record("master_lost", reason, tier=Tier.MASTER, at=now)
+        state.record(kind, reason, tier=tier, at=now)
         state.record("stage", f"{before.value} -> STOPPED: {reason}", at=now)
         state.updated_at = now
         store.put(job, state.dumps(), stored.token)
@@ -62,5 +85,5 @@ def close_lost_job(store: StateStore, job: str, cause: str) -> JobStatus | None:
         found = store.get(job)
         return JobState.loads(found.data).to_status() if found is not None else None
     except StateStoreError as exc:
-        logger.warning("job %s: could not record that its PrimeMaster is gone: %s", job, exc)
+        logger.warning("job %s: could not record its end (%s): %s", job, kind, exc)
         return None

@@ -61,6 +61,7 @@ ALLOWED: dict[JobStage, frozenset[JobStage]] = {
     JobStage.RUNNING: frozenset({JobStage.INIT, JobStage.STOPPING}),
     JobStage.STOPPING: frozenset({JobStage.STOPPED}),
     JobStage.STOPPED: frozenset(),
+    JobStage.LOST: frozenset(),  # a client's reading of a local job whose process died; never entered
 }
 
 FINAL_SAVE_PATIENCE_S = 120.0

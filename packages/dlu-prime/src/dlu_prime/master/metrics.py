@@ -30,6 +30,7 @@ STAGE_CODES: dict[JobStage, int] = {
     JobStage.RUNNING: 3,
     JobStage.STOPPING: 4,
     JobStage.STOPPED: 5,
+    JobStage.LOST: 6,  # never a PrimeMaster's own stage; listed so every stage has a code
 }
 
 FAILOVER_BOUNDARIES_S: tuple[float, ...] = (

@@ -1,0 +1,116 @@
+"""Nothing of an embedded Ray outlives the process that started it, however that process ends.
+
+Ray ties most of a local head to its starter: the GCS, the raylet and the log monitor get
+PR_SET_PDEATHSIG (SIGKILL when the starter dies), and the raylet's workers exit when the raylet
+does. Its agents (dashboard agent, runtime-env agent) notice the raylet's death too, within
+2 s, but then try for 60 s to report it to the GCS, which is gone as well: after a SIGKILL of
+`dlu run` they linger a minute (seen on Ray 2.60).
+
+So while Ray starts, the starter carries a marker in its environment, which every process that
+Ray starts inherits (the raylet's agents and workers from the raylet), and it starts a watcher:
+a tiny process in a session of its own, waiting on a pipe that only the starter holds open.
+When the starter is gone (an exit, an exception, SIGKILL alike) the watcher SIGKILLs every
+process still carrying the marker, then exits. The node's zygotes are left to their idle exit
+(they are shared daemons); what they forked for this Ray dies with the processes that asked
+for it (see dlu_prime.zygote.die_with_requester).
+
+The marker is set only while `ray.init` runs, so processes the starter creates later for
+itself do not carry it. Linux only (it reads /proc); elsewhere nothing is watched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Generator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+MARKER_ENV = "DLU_RAY_OWNER"
+_ZYGOTE = b"dlu_prime.zygote"  # in the command line of a zygote and of its spares
+_PASSES = 3  # a process starting while the watcher kills still carries the marker: look again
+
+_marker: str | None = None
+_pipe_w: int | None = None  # held open for the life of this process; never closed
+
+
+@contextmanager
+def marked() -> Generator[None]:
+    """While the block runs (Ray starting), children of this process carry this process's
+    marker; the watcher is started on first use."""
+    if not Path("/proc/self/environ").exists():
+        yield
+        return
+    marker = _start_watcher()
+    previous = os.environ.get(MARKER_ENV)
+    os.environ[MARKER_ENV] = marker
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(MARKER_ENV, None)
+        else:
+            os.environ[MARKER_ENV] = previous
+
+
+def _start_watcher() -> str:
+    global _marker, _pipe_w
+    if _marker is not None:
+        return _marker
+    read_fd, write_fd = os.pipe()  # not inheritable: only this process holds the write end
+    env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
+    marker = uuid.uuid4().hex
+    subprocess.Popen(
+        [sys.executable, "-S", __file__, marker, str(read_fd)],
+        pass_fds=(read_fd,),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C or hangup does not reach it
+    )
+    os.close(read_fd)
+    _marker, _pipe_w = marker, write_fd
+    return marker
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Pids of the processes carrying `marker` in their environment, zygotes left out."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle in environ.split(b"\0") and _ZYGOTE not in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def watch(marker: str, read_fd: int) -> None:
+    """The watcher: wait for the starter to be gone, then kill what carries its marker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            if not os.read(read_fd, 1):
+                break
+        except InterruptedError:
+            continue
+    for attempt in range(_PASSES):
+        for pid in marked_processes(marker):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if attempt + 1 < _PASSES:
+            time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    watch(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,99 @@
+"""The reaper: whatever a process started while marked ends with it, SIGKILL of it included;
+what it starts unmarked, and zygotes, are left alone."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+# The starter: while marked, a child and a daemon (double fork: init's child, as Ray's agents
+# become once the raylet is gone) and a "zygote"; unmarked, a bystander. Prints their pids.
+STARTER = """
+import json, subprocess, sys
+from dlu_prime import reaper
+SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+ZYGOTE = [sys.executable, "-c", "import time; time.sleep(120)", "-m", "dlu_prime.zygote"]
+QUIET = "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"
+DAEMON = f"import subprocess; print(subprocess.Popen({SLEEP!r}, start_new_session=True, {QUIET}).pid)"
+with reaper.marked():
+    child = subprocess.Popen(SLEEP)
+    zygote = subprocess.Popen(ZYGOTE, start_new_session=True)
+    daemon = int(subprocess.run([sys.executable, "-c", DAEMON], capture_output=True,
+                                text=True, check=True).stdout)
+bystander = subprocess.Popen(SLEEP, start_new_session=True)
+print(json.dumps({"child": child.pid, "daemon": daemon, "zygote": zygote.pid, "bystander": bystander.pid}),
+      flush=True)
+sys.stdin.read()
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def started() -> Iterator[tuple[subprocess.Popen[str], dict[str, int]]]:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert starter.stdout is not None
+    pids: dict[str, int] = json.loads(starter.stdout.readline())
+    yield starter, pids
+    if starter.poll() is None:
+        starter.kill()
+        starter.wait(30)
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_gone(pids: list[int], timeout_s: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while [p for p in pids if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.mark.parametrize("ending", ["sigkill", "exit"])
+def test_what_a_process_started_while_marked_ends_with_it(
+    ending: str, started: tuple[subprocess.Popen[str], dict[str, int]]
+) -> None:
+    starter, pids = started
+    assert all(alive(p) for p in pids.values())
+    if ending == "sigkill":
+        starter.send_signal(signal.SIGKILL)
+    else:
+        assert starter.stdin is not None
+        starter.stdin.close()  # it returns from main and exits normally
+    starter.wait(30)
+    assert wait_gone([pids["child"], pids["daemon"]]) == []
+    # started unmarked, or a zygote (a shared daemon with an idle exit): left alone
+    time.sleep(0.5)
+    assert alive(pids["bystander"]) and alive(pids["zygote"])
+
+
+def test_the_marker_is_only_set_while_marked() -> None:
+    from dlu_prime import reaper
+
+    assert reaper.MARKER_ENV not in os.environ
+    with reaper.marked():
+        marker = os.environ[reaper.MARKER_ENV]
+    assert reaper.MARKER_ENV not in os.environ
+    with reaper.marked():
+        assert os.environ[reaper.MARKER_ENV] == marker  # one watcher per process
+    assert reaper.marked_processes(marker) == []  # nothing started: nothing carries it
