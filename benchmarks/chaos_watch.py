@@ -15,7 +15,7 @@ from pathlib import Path
 from chaos_check import RECOVERY_KINDS
 from chaos_faults import logged_processes
 
-from dlu_api.status import JobEvent, JobStage, JobStatus
+from dlu_api.status import JobEvent, JobStatus
 
 POLL_S = 0.1
 COLLECT_EVERY_S = 2.0
@@ -86,7 +86,7 @@ class JobWatch:
         while time.monotonic() < deadline:
             self.collect()
             found = self.status()
-            if found is not None and found.stage is JobStage.STOPPED:
+            if found is not None and found.finished:
                 self.collect(force=True)
                 return found
             time.sleep(0.5)
@@ -206,7 +206,7 @@ def back_to_training(
         if status is None:
             time.sleep(POLL_S)
             continue
-        if status.stage is JobStage.STOPPED:
+        if status.finished:
             return Back(None, recovery.lost_steps, stopped=True)
         seen_event = seen_event or bool(watch.recoveries_since(fault_at))
         recovery.look(ranks.pids(), watch.steps(status))
@@ -226,7 +226,7 @@ def back_to_work(watch: JobWatch, fault_at: float, actor: str, timeout_s: float)
         if status is None:
             time.sleep(POLL_S)
             continue
-        if status.stage is JobStage.STOPPED:
+        if status.finished:
             return Back(time.time(), stopped=True)
         if watch.recoveries_since(fault_at) and watch.actor_stage(status, actor) in ("RUNNING", "FINISH"):
             return Back(time.time())
