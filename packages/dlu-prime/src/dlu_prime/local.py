@@ -73,13 +73,15 @@ class LocalJobClient(JobClient):
 
     def _finish(self, final: JobStatus) -> None:
         """Write the job's end, then give its name up (in that order: a reader that finds the
-        name free finds the end written)."""
-        self._record(final)
-        self._specs.pop(final.name, None)
-        self._last.pop(final.name, None)
-        lock = self._locks.pop(final.name, None)
-        if lock is not None:
+        name free finds the end written), then forget the job. Cut short by an interrupt, it
+        can run again: the job is forgotten last, and only the name's owner writes."""
+        lock = self._locks.get(final.name)
+        if lock is not None and lock.held:
+            self._record(final)
             lock.release()
+        self._locks.pop(final.name, None)
+        self._last.pop(final.name, None)
+        self._specs.pop(final.name, None)
 
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         spec = self._specs.get(name)
