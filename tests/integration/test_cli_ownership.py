@@ -89,9 +89,9 @@ def gone_within(procs: list[Proc], what: str) -> None:
         return "; ".join(f"{p.pid} {p.cmdline[:100]}" for p in still_alive(procs))
 
     try:
-        wait_until(lambda: not still_alive(procs), what, timeout_s=30)
+        wait_until(lambda: not still_alive(procs), what, timeout_s=45)
     except pytest.fail.Exception:
-        pytest.fail(f"still running 30 s later: {report()}")
+        pytest.fail(f"still running 45 s later: {report()}")
 
 
 def test_one_name_runs_once_and_a_killed_run_leaves_nothing(box: Box, tmp_path: Path) -> None:
