@@ -86,12 +86,24 @@ def gone_within(procs: list[Proc], what: str) -> None:
     the minute Ray's agents would take on their own (dlu_prime.reaper)."""
 
     def report() -> str:
-        return "; ".join(f"{p.pid} {p.cmdline[:100]}" for p in still_alive(procs))
+        watchers = [p.pid for p in processes().values() if "dlu_prime/reaper.py" in p.cmdline]
+        return f"{'; '.join(describe(p) for p in still_alive(procs))} (watchers running: {watchers})"
 
     try:
         wait_until(lambda: not still_alive(procs), what, timeout_s=45)
     except pytest.fail.Exception:
-        pytest.fail(f"still running 45 s later: {report()}")
+        pytest.fail(f"no {what} within 45 s; still running: {report()}")
+
+
+def describe(proc: Proc) -> str:
+    """A survivor, with what the reaper looks for (its marker) and who its parent is now."""
+    try:
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        environ = []
+    marker = [e.decode() for e in environ if e.startswith(b"DLU_RAY_OWNER=")]
+    now = snapshot(proc.pid)
+    return f"{proc.pid} {proc.cmdline[:80]} (parent {now.ppid if now else '?'}, marker {marker})"
 
 
 def test_one_name_runs_once_and_a_killed_run_leaves_nothing(box: Box, tmp_path: Path) -> None:

@@ -18,9 +18,10 @@ import pytest
 pytestmark = pytest.mark.timeout(60)
 
 # The starter: while marked, a child and a daemon (double fork: init's child, as Ray's agents
-# become once the raylet is gone) and a "zygote"; unmarked, a bystander. Prints their pids.
+# become once the raylet is gone) and a "zygote"; unmarked, a bystander and a forked copy of
+# itself that outlives it. Prints their pids.
 STARTER = """
-import json, subprocess, sys
+import json, os, subprocess, sys, time
 from dlu_prime import reaper
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 ZYGOTE = [sys.executable, "-c", "import time; time.sleep(120)", "-m", "dlu_prime.zygote"]
@@ -32,8 +33,13 @@ with reaper.marked():
     daemon = int(subprocess.run([sys.executable, "-c", DAEMON], capture_output=True,
                                 text=True, check=True).stdout)
 bystander = subprocess.Popen(SLEEP, start_new_session=True)
-print(json.dumps({"child": child.pid, "daemon": daemon, "zygote": zygote.pid, "bystander": bystander.pid}),
-      flush=True)
+forked = os.fork()  # a copy of the starter that outlives it: it must not hold the watcher up
+if forked == 0:
+    os.setsid()
+    time.sleep(120)
+    os._exit(0)
+print(json.dumps({"child": child.pid, "daemon": daemon, "zygote": zygote.pid, "bystander": bystander.pid,
+                  "forked": forked}), flush=True)
 sys.stdin.read()
 """
 
@@ -84,7 +90,7 @@ def test_what_a_process_started_while_marked_ends_with_it(
     assert wait_gone([pids["child"], pids["daemon"]]) == []
     # started unmarked, or a zygote (a shared daemon with an idle exit): left alone
     time.sleep(0.5)
-    assert alive(pids["bystander"]) and alive(pids["zygote"])
+    assert alive(pids["bystander"]) and alive(pids["zygote"]) and alive(pids["forked"])
 
 
 def test_the_marker_is_only_set_while_marked() -> None:

@@ -8,11 +8,12 @@ does. Its agents (dashboard agent, runtime-env agent) notice the raylet's death 
 
 So while Ray starts, the starter carries a marker in its environment, which every process that
 Ray starts inherits (the raylet's agents and workers from the raylet), and it starts a watcher:
-a tiny process in a session of its own, waiting on a pipe that only the starter holds open.
-When the starter is gone (an exit, an exception, SIGKILL alike) the watcher SIGKILLs every
-process still carrying the marker, then exits. The node's zygotes are left to their idle exit
-(they are shared daemons); what they forked for this Ray dies with the processes that asked
-for it (see dlu_prime.zygote.die_with_requester).
+a tiny process in a session of its own that waits for its parent, the starter, to end (a pidfd;
+no descriptor of the starter's is involved, so nothing the starter forks can hold it up). When
+the starter is gone (an exit, an exception, SIGKILL alike) the watcher SIGKILLs every process
+still carrying the marker, then exits. The node's zygotes are left to their idle exit (they
+are shared daemons); what they forked for this Ray dies with the processes that asked for it
+(see dlu_prime.zygote.die_with_requester).
 
 The marker is set only while `ray.init` runs, so processes the starter creates later for
 itself do not carry it. Linux only (it reads /proc); elsewhere nothing is watched.
@@ -21,6 +22,7 @@ itself do not carry it. Linux only (it reads /proc); elsewhere nothing is watche
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -34,8 +36,8 @@ MARKER_ENV = "DLU_RAY_OWNER"
 _ZYGOTE = b"dlu_prime.zygote"  # in the command line of a zygote and of its spares
 _PASSES = 3  # a process starting while the watcher kills still carries the marker: look again
 
-_marker: str | None = None
-_pipe_w: int | None = None  # held open for the life of this process; never closed
+_marker: str | None = None  # this process's, once its watcher runs
+_watcher: subprocess.Popen[bytes] | None = None  # kept: it outlives this process on purpose
 
 
 @contextmanager
@@ -58,23 +60,19 @@ def marked() -> Generator[None]:
 
 
 def _start_watcher() -> str:
-    global _marker, _pipe_w
+    global _marker, _watcher
     if _marker is not None:
         return _marker
-    read_fd, write_fd = os.pipe()  # not inheritable: only this process holds the write end
-    env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
     marker = uuid.uuid4().hex
-    subprocess.Popen(
-        [sys.executable, "-S", __file__, marker, str(read_fd)],
-        pass_fds=(read_fd,),
-        env=env,
+    _watcher = subprocess.Popen(
+        [sys.executable, "-S", __file__, marker, str(os.getpid())],
+        env={k: v for k, v in os.environ.items() if k != MARKER_ENV},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a terminal's Ctrl-C or hangup does not reach it
     )
-    os.close(read_fd)
-    _marker, _pipe_w = marker, write_fd
+    _marker = marker
     return marker
 
 
@@ -95,15 +93,26 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
-def watch(marker: str, read_fd: int) -> None:
-    """The watcher: wait for the starter to be gone, then kill what carries its marker."""
+def wait_for_parent_exit(parent: int) -> None:
+    """Return once `parent`, the process that started this one, has ended."""
+    try:
+        pidfd: int | None = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # no pidfd (kernel < 5.3, a sandbox): poll instead
+        pidfd = None
+    # Still our parent now: then it was alive when the pidfd was opened, so the pidfd is its.
+    if os.getppid() != parent:
+        return
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the process has ended
+        return
+    while os.getppid() == parent:
+        time.sleep(0.2)
+
+
+def watch(marker: str, parent: int) -> None:
+    """The watcher: wait for the starter to end, then kill what carries its marker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while True:
-        try:
-            if not os.read(read_fd, 1):
-                break
-        except InterruptedError:
-            continue
+    wait_for_parent_exit(parent)
     for attempt in range(_PASSES):
         for pid in marked_processes(marker):
             with suppress(ProcessLookupError):
