@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,6 +58,12 @@ class Box:
     home: Path
     zygotes: str = field(default_factory=lambda: short_dir("dlu-z-"))
     runs: list[Run] = field(default_factory=list[Run])
+    dirs: list[str] = field(default_factory=list[str])  # removed at the end
+
+    def new_dir(self, prefix: str) -> str:
+        made = short_dir(prefix)
+        self.dirs.append(made)
+        return made
 
     def env(self, ray_tmpdir: str, **extra: str) -> dict[str, str]:
         return {
@@ -68,7 +75,7 @@ class Box:
         }
 
     def start(self, spec: Path) -> Run:
-        ray_tmpdir = short_dir("dlu-cli-")
+        ray_tmpdir = self.new_dir("dlu-cli-")
         log = spec.with_suffix(f".{len(self.runs)}.log")
         with log.open("w") as out:
             proc = subprocess.Popen(
@@ -86,7 +93,7 @@ class Box:
     def dlu(self, *args: str) -> subprocess.CompletedProcess[str]:
         """A `dlu` command beside the runs (status, list, stop)."""
         return subprocess.run(
-            [DLU, *args], env=self.env(short_dir("dlu-cli-")), capture_output=True, text=True, timeout=120
+            [DLU, *args], env=self.env(self.new_dir("dlu-cli-")), capture_output=True, text=True, timeout=120
         )
 
     def record(self, name: str) -> dict[str, Any] | None:
@@ -109,6 +116,8 @@ class Box:
             if "dlu_prime.zygote" in proc.cmdline and f"--socket {self.zygotes}/" in proc.cmdline:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
+        for directory in [*self.dirs, self.zygotes]:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def wait_until(

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_runs import DLU, HERE, Box, Run, session_processes, short_dir, wait_until
+from cli_runs import DLU, HERE, Box, Run, session_processes, wait_until
 from proc_checks import Proc, processes, snapshot, still_alive
 
 from dlu_api.cli import SECOND_INTERRUPT_REASON
@@ -119,7 +119,7 @@ def test_one_name_runs_once_and_a_killed_run_leaves_nothing(box: Box, tmp_path: 
     assert len(training) == 2, hang  # the training process and the child it started
 
     # A second run of the name is refused at once, naming the owner, and starts nothing.
-    ray_dir, zygote_dir = short_dir("dlu-cli-"), short_dir("dlu-z-")
+    ray_dir, zygote_dir = box.new_dir("dlu-cli-"), box.new_dir("dlu-z-")
     refused = subprocess.run(
         [DLU, "run", str(spec)],
         cwd=HERE,
