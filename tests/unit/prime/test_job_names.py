@@ -250,3 +250,33 @@ def test_stopping_a_lost_job_signals_nobody(files: JobFiles, monkeypatch: pytest
     finally:
         bystander.kill()
         bystander.wait(30)
+
+
+SUBMIT = """
+import json, sys
+from dlu_api.errors import JobNameTakenError
+from dlu_api.spec import spec_from_dict
+from dlu_prime.local import LocalJobClient
+role = {"name": "w", "entrypoint": "json:dumps", "resources": {"cpu": 0.1}}
+spec = spec_from_dict({"name": "lm", "device_type": "CPU", "device_per_node": 0, "roles": [role]})
+try:
+    LocalJobClient().submit(spec)
+    refused = ""
+except JobNameTakenError as exc:
+    refused = str(exc)
+import ray
+print(json.dumps({"refused": refused, "ray": ray.is_initialized()}))
+"""
+
+
+def test_the_python_client_is_refused_before_ray_starts(files: JobFiles, holder: Holder) -> None:
+    """`Job(spec).submit()` without an address: the same refusal, and no embedded Ray (in a
+    fresh interpreter: another test may have started a Ray in this one)."""
+    env = {**os.environ, "DLU_HOME": str(files.root.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", SUBMIT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert f"in process {holder.pid}" in result["refused"]
+    assert result["ray"] is False
