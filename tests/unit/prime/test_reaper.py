@@ -17,9 +17,9 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-# The starter: while marked, a child and a daemon (double fork: init's child, as Ray's agents
-# become once the raylet is gone) and a "zygote"; unmarked, a bystander and a forked copy of
-# itself that outlives it. Prints their pids.
+# The starter: while marked, a child, a daemon (double fork: init's child, as Ray's agents
+# become once the raylet is gone), a child that renames itself as Ray's processes do, and a
+# "zygote"; unmarked, a bystander and a forked copy of itself that outlives it. Prints pids.
 STARTER = """
 import json, os, subprocess, sys, time
 from dlu_prime import reaper
@@ -27,8 +27,11 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 ZYGOTE = [sys.executable, "-c", "import time; time.sleep(120)", "-m", "dlu_prime.zygote"]
 QUIET = "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"
 DAEMON = f"import subprocess; print(subprocess.Popen({SLEEP!r}, start_new_session=True, {QUIET}).pid)"
+# renames itself as Ray's processes do, with a title longer than its arguments
+TITLED = [sys.executable, "-c", "import ray._raylet as r, time; r.setproctitle('ray::' + 'x' * 300); time.sleep(120)"]
 with reaper.marked():
     child = subprocess.Popen(SLEEP)
+    titled = subprocess.Popen(TITLED)
     zygote = subprocess.Popen(ZYGOTE, start_new_session=True)
     daemon = int(subprocess.run([sys.executable, "-c", DAEMON], capture_output=True,
                                 text=True, check=True).stdout)
@@ -38,8 +41,8 @@ if forked == 0:
     os.setsid()
     time.sleep(120)
     os._exit(0)
-print(json.dumps({"child": child.pid, "daemon": daemon, "zygote": zygote.pid, "bystander": bystander.pid,
-                  "forked": forked}), flush=True)
+print(json.dumps({"child": child.pid, "daemon": daemon, "titled": titled.pid, "zygote": zygote.pid,
+                  "bystander": bystander.pid, "forked": forked}), flush=True)
 sys.stdin.read()
 """
 
@@ -81,13 +84,19 @@ def test_what_a_process_started_while_marked_ends_with_it(
 ) -> None:
     starter, pids = started
     assert all(alive(p) for p in pids.values())
+    # the renamed one has its new name (and kept its environment: SPT_NOENV)
+    cmdline = Path(f"/proc/{pids['titled']}/cmdline")
+    deadline = time.monotonic() + 30
+    while not cmdline.read_bytes().startswith(b"ray::x") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cmdline.read_bytes().startswith(b"ray::x")
     if ending == "sigkill":
         starter.send_signal(signal.SIGKILL)
     else:
         assert starter.stdin is not None
         starter.stdin.close()  # it returns from main and exits normally
     starter.wait(30)
-    assert wait_gone([pids["child"], pids["daemon"]]) == []
+    assert wait_gone([pids["child"], pids["daemon"], pids["titled"]]) == []
     # started unmarked, or a zygote (a shared daemon with an idle exit): left alone
     time.sleep(0.5)
     assert alive(pids["bystander"]) and alive(pids["zygote"]) and alive(pids["forked"])
@@ -96,10 +105,11 @@ def test_what_a_process_started_while_marked_ends_with_it(
 def test_the_marker_is_only_set_while_marked() -> None:
     from dlu_prime import reaper
 
-    assert reaper.MARKER_ENV not in os.environ
+    assert reaper.MARKER_ENV not in os.environ and "SPT_NOENV" not in os.environ
     with reaper.marked():
         marker = os.environ[reaper.MARKER_ENV]
-    assert reaper.MARKER_ENV not in os.environ
+        assert os.environ["SPT_NOENV"] == "1"
+    assert reaper.MARKER_ENV not in os.environ and "SPT_NOENV" not in os.environ
     with reaper.marked():
         assert os.environ[reaper.MARKER_ENV] == marker  # one watcher per process
     assert reaper.marked_processes(marker) == []  # nothing started: nothing carries it

@@ -15,8 +15,14 @@ still carrying the marker, then exits. The node's zygotes are left to their idle
 are shared daemons); what they forked for this Ray dies with the processes that asked for it
 (see dlu_prime.zygote.die_with_requester).
 
-The marker is set only while `ray.init` runs, so processes the starter creates later for
-itself do not carry it. Linux only (it reads /proc); elsewhere nothing is watched.
+The marker is read from /proc/PID/environ, the environment a process started with. Ray names
+its processes with setproctitle, which may write the new name over that memory (it borrows the
+environment's space after the arguments'), wiping the marker of some of them (seen: the agents,
+depending on where the marker fell); SPT_NOENV=1 makes it keep to the arguments' space, so it is
+set alongside the marker.
+
+Both are set only while `ray.init` runs, so processes the starter creates later for itself do
+not carry them. Linux only (it reads /proc); elsewhere nothing is watched.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 MARKER_ENV = "DLU_RAY_OWNER"
+_KEEP_ENVIRON = "SPT_NOENV"  # setproctitle: do not write process names over the environment
 _ZYGOTE = b"dlu_prime.zygote"  # in the command line of a zygote and of its spares
 _PASSES = 3  # a process starting while the watcher kills still carries the marker: look again
 
@@ -47,16 +54,17 @@ def marked() -> Generator[None]:
     if not Path("/proc/self/environ").exists():
         yield
         return
-    marker = _start_watcher()
-    previous = os.environ.get(MARKER_ENV)
-    os.environ[MARKER_ENV] = marker
+    settings = {MARKER_ENV: _start_watcher(), _KEEP_ENVIRON: "1"}
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(MARKER_ENV, None)
-        else:
-            os.environ[MARKER_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _start_watcher() -> str:
