@@ -82,8 +82,8 @@ def session_of(run: Run, box: Box) -> list[Proc]:
 
 
 def gone_within(procs: list[Proc], what: str) -> None:
-    """Generous for processes that die with their parent (or its pipe) at once, and shorter than
-    the minute Ray's agents would take on their own (dlu_prime.reaper)."""
+    """Generous for processes that die at once with their parent (or when the reaper's watcher
+    sees the run end), and shorter than the minute Ray's agents would take on their own."""
 
     def report() -> str:
         watchers = [p.pid for p in processes().values() if "dlu_prime/reaper.py" in p.cmdline]
