@@ -231,6 +231,7 @@ def back_to_work(watch: JobWatch, fault_at: float, actor: str, timeout_s: float)
         if watch.recoveries_since(fault_at) and watch.actor_stage(status, actor) in ("RUNNING", "FINISH"):
             return Back(time.time())
         time.sleep(POLL_S)
+        time.sleep(POLL_S)
     return Back(None)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient
 from dlu_api.errors import MissingComponentError
@@ -62,12 +62,9 @@ def reserve_local(spec: JobSpec) -> None:
     Raises:
         JobNameTakenError: another process runs a job of that name; the message names its pid.
     """
-    module_name, _, attr = LOCAL_RESERVE_PATH.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        return
-    getattr(module, attr)(spec.name)
+    found = _prime_function(LOCAL_RESERVE_PATH)
+    if found is not None:
+        found(spec.name)
 
 
 def check_local(spec: JobSpec) -> None:
@@ -78,12 +75,9 @@ def check_local(spec: JobSpec) -> None:
     Raises:
         SpecError: every problem found.
     """
-    module_name, _, attr = LOCAL_PREFLIGHT_PATH.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        return
-    getattr(module, attr)(spec, os.getcwd(), {})
+    found = _prime_function(LOCAL_PREFLIGHT_PATH)
+    if found is not None:
+        found(spec, os.getcwd(), {})
 
 
 def warm_up_local(spec: JobSpec) -> None:
@@ -91,9 +85,16 @@ def warm_up_local(spec: JobSpec) -> None:
     starts the embedded Ray, only earlier. Without dlu-prime it does nothing: `local_client`
     says what to install.
     """
-    module_name, _, attr = LOCAL_WARMUP_PATH.partition(":")
+    found = _prime_function(LOCAL_WARMUP_PATH)
+    if found is not None:
+        found(spec.roles)
+
+
+def _prime_function(path: str) -> Any:
+    """dlu-prime's function at 'module:attr', or None where dlu-prime is not installed."""
+    module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError:
-        return
-    getattr(module, attr)(spec.roles)
+        return None
+    return getattr(module, attr)
