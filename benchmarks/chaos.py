@@ -40,7 +40,12 @@ PIPELINE_INTERVAL_S = 0.05
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=30.0, help="length of the training run (default 30)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        help="length of the fault window of the training run (default 30)",
+    )
     parser.add_argument("--faults", type=int, default=50, help="faults to inject in all (default 50)")
     parser.add_argument("--seed", default="1", help="seed of the fault plan (default 1)")
     parser.add_argument("--kinds", default="all", help="comma-separated fault kinds, or 'all' (default)")
@@ -53,7 +58,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--reference-loss",
         default=None,
-        help="the fault-free final loss for these steps, printed by an earlier run (skips computing it)",
+        help="the fault-free final loss for --steps steps, printed by an earlier run (skips computing it)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="train exactly this many steps (default: the run is open-ended and ends 50 steps after "
+        "the last fault has been recovered, whatever the machine's step rate)",
     )
     parser.add_argument(
         "--out", default=None, help="where checkpoints, pid logs and records go (default: a temp dir)"
@@ -63,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--minutes must be > 0")
     if args.faults < 1:
         parser.error("--faults must be >= 1")
+    if args.reference_loss and args.steps is None:
+        parser.error("--reference-loss needs --steps (the loss of an open-ended run is computed at its end)")
     try:
         args.kinds = parse_kinds(args.kinds)
     except ValueError as exc:
@@ -114,13 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     compile_workspace()
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-ch-", dir="/tmp"))
     out = Path(args.out or tempfile.mkdtemp(prefix="dlu-chaos-"))
-    steps = steps_for(duration_s, args.step_seconds)
+    open_ended = args.steps is None
+    # An open-ended run may take at most 4 times the step padding per step before it is cut.
+    steps = args.steps or 4 * steps_for(duration_s, args.step_seconds)
     cluster = start_cluster(trainer_nodes=nnodes)
     began = time.monotonic()
     reference = None
+    reference_losses = out / "reference-losses.txt"
     try:
         if plan and not args.reference_loss:
-            reference = chaos_reference.start(steps, nnodes * nproc)
+            reference = chaos_reference.start(
+                steps, nnodes * nproc, losses=reference_losses if open_ended else None
+            )
         common = {
             "steps": steps,
             "nnodes": nnodes,
@@ -136,12 +155,15 @@ def main(argv: list[str] | None = None) -> int:
             step_s=args.step_seconds,
             setup_delay_s=2.0 if FaultKind.PRIME_MASTER_IN_FAILOVER in kinds else 0.0,
             node_check_delay_s=3.0 if FaultKind.ELASTIC_MASTER_NODE_CHECK in kinds else 0.0,
+            open_ended=open_ended,
             **common,
         )
         outcomes = []
         if plan:
+            length = "open-ended (ends after the last fault)" if open_ended else f"{steps} steps"
             print(
-                f"campaign run: {steps} steps of {args.step_seconds} s, {injections(plan)} faults", flush=True
+                f"campaign run: {length}, steps padded to {args.step_seconds} s, {injections(plan)} faults",
+                flush=True,
             )
             outcomes.append(
                 TrainingCampaign(training, cluster).run(plan, finish_timeout_s=duration_s * 2 + 600)
@@ -172,10 +194,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         expected = args.reference_loss
-        if reference is not None:
+        last = outcomes[0].last_step if plan and open_ended else steps
+        if reference is not None and last is not None:
             print("waiting for the fault-free reference loss (computed alongside)", flush=True)
-            expected = chaos_reference.result(reference, timeout_s=4 * 3600)
-            print(f"fault-free loss after {steps} steps: {expected} (--reference-loss {expected} skips this)")
+            if open_ended:
+                expected = chaos_reference.loss_at(reference, reference_losses, last, timeout_s=4 * 3600)
+                print(f"fault-free loss after {last} steps: {expected}")
+            else:
+                expected = chaos_reference.result(reference, timeout_s=4 * 3600)
+                print(
+                    f"fault-free loss after {steps} steps: {expected} (--reference-loss {expected} skips this)"
+                )
     finally:
         if reference is not None and reference.poll() is None:
             reference.kill()

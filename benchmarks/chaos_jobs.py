@@ -51,6 +51,7 @@ class Training:
     node_check_delay_s: float = 0.0  # > 0: the node check runs, its first probes this slow
     sidecar: bool = True
     cluster: bool = False
+    open_ended: bool = False  # the campaign picks the last step while it runs (stop_file)
     extra_env: dict[str, str] = field(default_factory=dict[str, str])
 
     @property
@@ -64,6 +65,10 @@ class Training:
     @property
     def pid_dir(self) -> Path:
         return self.out / "pids"
+
+    @property
+    def stop_file(self) -> Path:
+        return self.out / "stop-at-step"
 
     @property
     def node_check_counter(self) -> Path:
@@ -82,6 +87,8 @@ class Training:
             f"--steps {self.steps} --step-seconds {self.step_s} --checkpoint-every {self.checkpoint_every} "
             f"--checkpoint-dir {self.ckpt} --pid-dir {self.pid_dir}"
         )
+        if self.open_ended:
+            args += f" --stop-file {self.stop_file}"
         env = dict(self.extra_env)
         if self.setup_delay_s > 0:
             env[SETUP_DELAY_ENV] = str(self.setup_delay_s)

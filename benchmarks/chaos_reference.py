@@ -13,6 +13,8 @@ import importlib
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from chaos_jobs import ROOT
@@ -27,9 +29,9 @@ def _train_lm() -> Any:
     return importlib.import_module("examples.elastic.train_lm")
 
 
-def reference_loss(steps: int, world: int, lr: float = 3e-3) -> str:
+def reference_loss(steps: int, world: int, lr: float = 3e-3, each_step: Any = None) -> str:
     """The final loss train_lm.py prints after `steps` steps on `world` ranks, as it writes it
-    to final_loss.txt ('%.6f')."""
+    to final_loss.txt ('%.6f'). `each_step(step, loss)` sees every step's loss on the way."""
     import torch
     from torch import nn
 
@@ -58,18 +60,23 @@ def reference_loss(steps: int, world: int, lr: float = 3e-3) -> str:
             param.grad = lm.ordered_sum([g[index] for g in grads]).div_(world)
         opt.step()
         loss_value = lm.ordered_sum(losses).item() / world
+        if each_step is not None:
+            each_step(step + 1, f"{loss_value:.6f}")
     return f"{loss_value:.6f}"
 
 
 RAY_WORKER_NICENESS = 15  # Ray's default for its workers (RAY_worker_niceness), the job's actors included
 
 
-def start(steps: int, world: int, nice: int = RAY_WORKER_NICENESS) -> subprocess.Popen[str]:
+def start(
+    steps: int, world: int, nice: int = RAY_WORKER_NICENESS, losses: Path | None = None
+) -> subprocess.Popen[str]:
     """Compute the reference loss in a child process (one core) while the campaign runs; read it
     with `result`. It runs at the niceness of the job's own processes, so it shares the CPU with
-    them as one more rank would (at 0 it would starve them)."""
+    them as one more rank would (at 0 it would starve them). `losses`: a file where it writes
+    each step's loss ('step loss' lines), for `loss_at`."""
     return subprocess.Popen(
-        [sys.executable, __file__, str(steps), str(world)],
+        [sys.executable, __file__, str(steps), str(world), *([str(losses)] if losses else [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -95,5 +102,52 @@ def result(process: subprocess.Popen[str], timeout_s: float) -> str:
     return out.strip().splitlines()[-1]
 
 
+def loss_at(process: subprocess.Popen[str], losses: Path, step: int, timeout_s: float) -> str:
+    """The loss after `step` steps, from the file a child of `start(..., losses=...)` writes; the
+    child is stopped once it is there.
+
+    Raises:
+        RuntimeError: the child ended or took longer than `timeout_s` before that step.
+    """
+    deadline = time.monotonic() + timeout_s
+    prefix = f"{step} "
+    try:
+        while time.monotonic() < deadline:
+            if losses.exists():
+                with open(losses, encoding="utf-8") as lines:
+                    for line in lines:
+                        if line.startswith(prefix) and line.endswith("\n"):
+                            return line.split()[1]
+            if process.poll() is not None and not _has(losses, prefix):
+                err = process.stderr.read() if process.stderr else ""
+                raise RuntimeError(
+                    f"the reference computation ended before step {step}: {err.strip()[-2000:]}"
+                )
+            time.sleep(1.0)
+        raise RuntimeError(f"the reference loss at step {step} was not computed within {timeout_s:.0f} s")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _has(path: Path, prefix: str) -> bool:
+    return path.exists() and any(line.startswith(prefix) for line in path.read_text().splitlines())
+
+
+def _main(argv: list[str]) -> None:
+    steps, world = int(argv[0]), int(argv[1])
+    if len(argv) > 2:
+        with open(argv[2], "a", encoding="utf-8") as out:
+
+            def write(step: int, loss: str) -> None:
+                out.write(f"{step} {loss}\n")
+                out.flush()
+
+            print(reference_loss(steps, world, each_step=write), flush=True)
+    else:
+        print(reference_loss(steps, world), flush=True)
+
+
 if __name__ == "__main__":
-    print(reference_loss(int(sys.argv[1]), int(sys.argv[2])), flush=True)
+    _main(sys.argv[1:])

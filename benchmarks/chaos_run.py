@@ -28,6 +28,9 @@ RECOVERY_TIMEOUT_S = 180.0  # one fault -> back at work, generous for a loaded 2
 START_TIMEOUT_S = 300.0
 
 
+ENDING_MARGIN = 50  # steps between the furthest rank and the step an open-ended run ends at
+
+
 @dataclass
 class Outcome:
     """What one job of the campaign gave."""
@@ -38,6 +41,7 @@ class Outcome:
     final: JobStatus | None = None
     leaks: list[str] = field(default_factory=list[str])
     notes: list[str] = field(default_factory=list[str])
+    last_step: int | None = None  # an open-ended run: the step the campaign ended it at
 
 
 def run_reference(training: Training) -> str | None:
@@ -94,6 +98,8 @@ class TrainingCampaign:
                 break
             logger.info("chaos: %s (target %s) at +%.1f s", planned.kind.value, planned.target, planned.at)
             self._inject(planned)
+        if self.training.open_ended:
+            self._end_training()
         final = self.watch.wait_stopped(finish_timeout_s)
         if final is None:
             self.outcome.notes.append(f"job did not stop within {finish_timeout_s:.0f} s; stopped it")
@@ -105,6 +111,18 @@ class TrainingCampaign:
         self.outcome.leaks += leaks(self.job, None, include_master=True)
         self.outcome.events = list(self.watch.events)
         return self.outcome
+
+    def _end_training(self) -> None:
+        """Every fault is in and recovered: training ends ENDING_MARGIN steps past the furthest
+        rank (ranks are within a step of each other: they meet in a collective every step)."""
+        current = self.watch.status()
+        reached = max(self.watch.steps(current).values(), default=0) if current is not None else 0
+        last = min(self.training.steps, reached + ENDING_MARGIN)
+        tmp = self.training.stop_file.with_suffix(".tmp")
+        tmp.write_text(f"{last}\n")
+        tmp.replace(self.training.stop_file)
+        self.outcome.last_step = last
+        logger.info("chaos: training ends at step %d (ranks at %d)", last, reached)
 
     # waiting -----------------------------------------------------------------------------------
     def _before(self) -> Before:

@@ -141,6 +141,17 @@ def record_pid(directory: Path) -> None:
         out.write(f"{os.getpid()} {started}\n")
 
 
+def stop_step(path: str | None, steps: int) -> int:
+    """Where training ends: `--steps`, or an earlier step written into `--stop-file` while it runs
+    (the chaos benchmark ends its open-ended run there, at a step every rank has yet to reach)."""
+    if path:
+        try:
+            return min(steps, int(Path(path).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
@@ -159,6 +170,7 @@ def main() -> None:
         default=os.environ.get("LM_PID_DIR"),
         help="record this process's pid in <dir>/<actor>.pids (fault injection; default $LM_PID_DIR)",
     )
+    parser.add_argument("--stop-file", default=None, help="stop at the step this file names, if earlier")
     args = parser.parse_args()
     if args.pid_dir:
         record_pid(Path(args.pid_dir))
@@ -189,13 +201,16 @@ def main() -> None:
             print(f"resumed from step {start}", flush=True)
 
     final_file = ckpt_dir / "final_loss.txt"
-    if start >= args.steps and final_file.exists():
+    if start >= stop_step(args.stop_file, args.steps) and final_file.exists():
         if rank == 0:
             print(f"already trained to step {start}; final loss {final_file.read_text().strip()}", flush=True)
         dist.destroy_process_group()
         return
     loss_value = math.nan
+    done = start
     for step in range(start, args.steps):
+        if step >= stop_step(args.stop_file, args.steps):
+            break
         began = time.perf_counter()
         if step == args.crash_at_step and rank == args.crash_rank:
             marker = ckpt_dir / f"crashed-at-{step}"
@@ -215,11 +230,12 @@ def main() -> None:
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)
         dist.barrier()
+        done = step + 1
         pad = args.step_seconds - (time.perf_counter() - began)
         if pad > 0:
             time.sleep(pad)
     if rank == 0:
-        print(f"final loss {loss_value:.6f} after {args.steps} steps on {world} ranks", flush=True)
+        print(f"final loss {loss_value:.6f} after {done} steps on {world} ranks", flush=True)
         final_file.write_text(f"{loss_value:.6f}\n")
     dist.destroy_process_group()
 

@@ -37,12 +37,14 @@ def test_short_chaos_campaign_every_fault_recovered_once_same_loss_nothing_left(
     ray_session: Any, tmp_path: Path
 ) -> None:
     plan = schedule(1, DURATION_S, len(KINDS), KINDS, start_s=3.0, tail_s=2.0)
-    steps = steps_for(DURATION_S, 0.1)
-    training = Training("chaos-short", steps, tmp_path, step_s=0.1)
-    reference = chaos_reference.start(steps, training.ranks)  # computed alongside
+    steps = 4 * steps_for(DURATION_S, 0.1)  # at most; it ends 50 steps after the last fault's recovery
+    training = Training("chaos-short", steps, tmp_path, step_s=0.1, open_ended=True)
+    losses = tmp_path / "reference-losses.txt"
+    reference = chaos_reference.start(steps, training.ranks, losses=losses)  # computed alongside
     try:
         outcome = TrainingCampaign(training, recovery_timeout_s=90.0).run(plan, finish_timeout_s=300.0)
-        expected = chaos_reference.result(reference, timeout_s=300.0)
+        assert outcome.last_step is not None, outcome.notes
+        expected = chaos_reference.loss_at(reference, losses, outcome.last_step, timeout_s=300.0)
     finally:
         if reference.poll() is None:
             reference.kill()

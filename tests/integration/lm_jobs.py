@@ -21,6 +21,7 @@ def lm_job(
     steps: int = 60,
     step_s: float = 0.2,
     extra_args: str = "",
+    script: Path = LM,
     role: dict[str, Any] | None = None,
     elastic: dict[str, Any] | None = None,
     **job: Any,
@@ -39,7 +40,7 @@ def lm_job(
                 {
                     "name": "trainer",
                     "kind": "elastic",
-                    "entrypoint": f"{LM} --steps {steps} --step-seconds {step_s} --checkpoint-dir {ckpt} {extra_args}",
+                    "entrypoint": f"{script} --steps {steps} --step-seconds {step_s} --checkpoint-dir {ckpt} {extra_args}",
                     "resources": {"cpu": 0.25},
                     "elastic": {
                         "nnodes": 2,

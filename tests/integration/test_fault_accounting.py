@@ -4,7 +4,7 @@
   killed actor's death is counted (a role restart), never an in-place restart of a healthy rank;
   at `max_restart` the stop reason names the limit and the killed actor;
 - a training process that hangs (SIGSTOP): its own rank's agent finds it and it is restarted in
-  place, blamed on that rank;
+  place, blamed on that rank; so is a restarted one that hangs before its first heartbeat;
 - the PrimeMaster killed past `master_max_restart`: the reason names the limit, and the final
   status, stored too, lists no actor as running;
 - the ElasticMaster killed during the node check: Ray rebuilt it, so it is checked again within
@@ -108,6 +108,33 @@ def test_hung_training_process_is_restarted_in_place_blamed_on_its_rank(
     assert "no heartbeat" in event.message
     with pytest.raises(ProcessLookupError):  # the hung process was killed, not left behind
         os.kill(int(process), 0)
+
+
+def test_restarted_process_hung_before_its_first_beat_is_found_on_its_rank(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """trainer.1's process is killed at step 10 (one in-place restart); its next process stops
+    itself before its first heartbeat: its agent knows the script beats, finds it silent from
+    its start, and restarts it in place, blamed on trainer.1 again, not on the waiting peer."""
+    from dlu_prime import launcher
+
+    health = {"monitor_interval_s": 0.2, "heartbeat_interval_s": 0.5, "heartbeat_timeout_s": 3.0}
+    env = {"HANG_MARK_DIR": str(tmp_path), "HANG_RANK": "1"}
+    script = HERE / "hang_at_restart.py"
+    spec = lm_job(
+        "acct-first", tmp_path, steps=80, step_s=0.1, health=health, script=script, role={"env": env}
+    )
+    victim = "acct-first.trainer.1"
+    launcher.submit_job(spec, str(HERE))
+    wait_until("step 10", lambda: step_of(spec.name, victim) >= 10)
+    kill_pid(int(actor_status(victim)["process_pid"]))
+    status = launcher.wait_job(spec)
+
+    assert status.exit_code == 0, status.reason
+    assert (tmp_path / "hung-once").exists()
+    assert recoveries(status) == [("inplace_restart", "in_place", victim)] * 2, recoveries(status)
+    second = [e for e in status.events if e.kind == "inplace_restart"][1]
+    assert "no first heartbeat" in second.message, second.message
 
 
 def test_primemaster_past_its_limit_names_the_limit_and_nothing_stays_running(

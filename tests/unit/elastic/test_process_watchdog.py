@@ -79,3 +79,30 @@ def test_process_state_reads_the_kernel() -> None:
         child.kill()
         child.wait()
     assert process_state(child.pid) is None
+
+
+def test_a_script_known_to_beat_must_send_its_first_beat_in_time() -> None:
+    """A restarted process of a script that beat before, hung in its start-up (e.g. the process
+    group's init): silent from its start."""
+    watch = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=None, started_at=100.0)
+    assert watch.verdict(103.0) is None
+    found = watch.verdict(103.5)
+    assert found is not None and "no first heartbeat 3.5s after its start" in found
+    assert watch.verdict(103.5, waiting=True) is None  # blocked on a peer: the grace first
+    watch.beat(0, 103.2)
+    assert watch.verdict(105.0) is None
+
+
+def test_an_unknown_script_is_never_judged_before_its_first_beat() -> None:
+    watch = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=5.0, started_at=None)
+    assert watch.verdict(1_000_000.0) is None
+
+
+def test_a_slow_but_healthy_start_within_the_timeout_is_never_judged() -> None:
+    """Soak: 1,000 restarts whose first beat comes just inside the timeout."""
+    for start in range(1_000):
+        watch = ProcessWatch(heartbeat_timeout_s=2.0, hang_timeout_s=4.0, started_at=float(start * 10))
+        for tick in range(20):
+            assert watch.verdict(start * 10 + tick * 0.099) is None
+        watch.beat(0, start * 10 + 1.99)
+        assert watch.verdict(start * 10 + 3.0) is None

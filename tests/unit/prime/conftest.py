@@ -108,6 +108,7 @@ class FakeActor:
     beats: int = 0
     watched: bool = False
     steps_reported: bool = False
+    incarnation: int = 0  # bumped when "Ray rebuilds" it: which process answers
 
     def beat(self, now: float) -> None:
         self.last_heartbeat = now
@@ -130,6 +131,7 @@ class FakeActor:
             beats=self.beats,
             watched=self.watched,
             steps_reported=self.steps_reported or self.step > 0,
+            incarnation=f"{self.node_id}/{self.incarnation}",
         )
 
 
@@ -177,6 +179,7 @@ class FakeScheduler(Scheduler):
         self.cleaned_up = False
         self.manager: PrimeManager | None = None  # SubMaster calls (failover) call back into it
         self.restart_failures: dict[str, str] = {}
+        self.dead: set[str] = set()  # nodes the "cluster" marks dead
 
     # scripting ---------------------------------------------------------------------------------
     def names_of(self, role: str) -> list[str]:
@@ -293,6 +296,7 @@ class FakeScheduler(Scheduler):
             actor.reported_errors = ()
             actor.error = None
             actor.node_id = f"node-after-restart-{name}"
+            actor.incarnation += 1
         return {name: f"node-after-restart-{name}" for name in names}
 
     def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
@@ -307,6 +311,9 @@ class FakeScheduler(Scheduler):
         elif method == "recover_running":
             self.actors[name].stage = ActorStage.RUNNING
         return None
+
+    def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
+        return self.dead & set(node_ids)
 
     def stop(self, names: Sequence[str]) -> None:
         self._enter("stop", names)

@@ -422,6 +422,7 @@ def _dies_under_check(times: int) -> Callable[[FakeScheduler], None]:
     def hook(s: FakeScheduler) -> None:
         if left[0] > 0:
             left[0] -= 1
+            s.actors[SUB].incarnation += 1  # it died under the check: Ray rebuilds it
             raise ActorSetupError(SUB, "ActorUnavailableError: the actor is restarting", transient=True)
 
     return hook
@@ -485,3 +486,30 @@ def test_setting_up_an_actor_still_being_rebuilt_is_the_same_fault(make_manager:
     manager.prepare()
     assert manager.state.stage is JobStage.READY
     assert manager.state.roles["train"].sub_master_restart_count == 1
+
+
+def test_a_rebuild_slower_than_any_timeout_is_still_one_fault(make_manager: ManagerFactory) -> None:
+    """Judged by which process answers, not by a time window: setups that fail while the same
+    new incarnation answers are the same death, however long Ray takes."""
+    manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
+    sched.on("check_children", _dies_under_check(1))
+    setups = [0]
+
+    def slow_rebuild(s: FakeScheduler) -> None:
+        setups[0] += 1
+        if 2 <= setups[0] <= 6:
+            s.clock.advance(60.0)  # far past the heartbeat timeout each time
+            raise ActorSetupError(SUB, "ActorUnavailableError: restarting", transient=True)
+
+    sched.on("setup", slow_rebuild)
+    manager.prepare()
+    assert manager.state.stage is JobStage.READY
+    assert manager.state.roles["train"].sub_master_restart_count == 1
+
+
+def test_a_new_incarnation_that_dies_again_is_a_second_fault(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role(max_restart=5)])
+    sched.on("check_children", _dies_under_check(2))
+    manager.prepare()
+    assert manager.state.stage is JobStage.READY
+    assert manager.state.roles["train"].sub_master_restart_count == 2

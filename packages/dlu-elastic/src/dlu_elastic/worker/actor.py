@@ -114,6 +114,7 @@ class ElasticWorkerActor(WorkerActor):
         self.process: TrainingProcess | None = None
         self._store: TrainingProcess | None = None
         self.rounds = 0
+        self._script_beats = False  # a process of this rank has beaten: the next ones must too
         self.stage = ActorStage.READY
         return self.identity()
 
@@ -381,13 +382,18 @@ class ElasticWorkerActor(WorkerActor):
         this rank's failure, like a crash."""
         last_beat = 0.0
         interval = heartbeat_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
-        watch = ProcessWatch(self._health.heartbeat_timeout_s, self._health.hang_timeout_s)
+        watch = ProcessWatch(
+            self._health.heartbeat_timeout_s,
+            self._health.hang_timeout_s,
+            started_at=time.monotonic() if self._script_beats else None,
+        )
         while True:
             now = time.monotonic()
             for event in process.events():
                 if event.kind is EventKind.HEARTBEAT:
                     self.health.relay(event.step, event.metric)
                     watch.beat(event.step, now)
+                    self._script_beats = True
                 elif event.kind is EventKind.ERROR_REPORT and event.message:
                     self.health.report(event.message)
             code = process.poll()

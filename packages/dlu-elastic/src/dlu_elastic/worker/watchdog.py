@@ -4,7 +4,10 @@ The agent is the one that can tell a hung process from a busy one (it sees every
 process sends) and the one that can act at once: it kills the process and reports the failure
 as its own, so the in-place restart is blamed on this rank, not on the peers whose collectives
 then fail. Only what the process reports is judged: a script that never calls `heartbeat()` is
-never found silent, and one that reports no step never hangs.
+never found silent, and one that reports no step never hangs. Once an agent has seen its script
+beat, it knows the script does: a later process of it (an in-place restart) that sends no first
+beat within the heartbeat timeout of its start is silent too (hung in its start-up, e.g. in
+the process group's init).
 
 Blame: when one rank hangs, its peers stop beating too, blocked in their next collective, at
 about the same moment. So a process that is *waiting* (sleeping in the kernel, as a blocked
@@ -40,6 +43,7 @@ class ProcessWatch:
 
     heartbeat_timeout_s: float | None
     hang_timeout_s: float | None
+    started_at: float | None = None  # set when this script is known to beat: its first beat is due
     last_beat_at: float | None = None
     step: int | None = None
     step_moved_at: float | None = None
@@ -53,10 +57,15 @@ class ProcessWatch:
     def verdict(self, now: float, waiting: bool = False) -> str | None:
         """Why the process counts as hung now, or None while it is fine. `waiting`: the process
         sleeps in the kernel (maybe blocked on a hung peer), so it gets the grace."""
-        if self.last_beat_at is None:
-            return None
         grace = 1.0 + WAITING_GRACE if waiting else 1.0
         timeout = self.heartbeat_timeout_s
+        if self.last_beat_at is None:
+            if timeout is None or self.started_at is None or now - self.started_at <= timeout * grace:
+                return None
+            return (
+                f"training process sent no first heartbeat {now - self.started_at:.1f}s after its start "
+                f"(timeout {timeout:g}s; its earlier processes beat)"
+            )
         if timeout is not None and now - self.last_beat_at > timeout * grace:
             return f"training process sent no heartbeat for {now - self.last_beat_at:.1f}s (timeout {timeout:g}s)"
         hang = self.hang_timeout_s

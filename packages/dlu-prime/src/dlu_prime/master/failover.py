@@ -9,8 +9,8 @@ failover handling picks a tier per the roles' recovery policies, or stops the jo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from dlu_api.spec.models import RecoveryPolicy
@@ -30,6 +30,7 @@ class Recovery:
     role: str | None = None
     culprit: str | None = None  # the actor whose failure caused it (the root cause, for the timeline)
     node_id: str | None = None  # the culprit's node
+    joined: bool = False  # only actors lost with another role's failed node: that fault's, not counted
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,61 @@ def culprit(failure: Failure) -> str:
     return f"{failure.actor}{where} ({failure.kind}): {lines[-1] if lines else failure.kind}"
 
 
+# A failure of the actor's process: everything else on its node may have died with it.
+DEATH_KINDS = frozenset({"died", "restarted", "unavailable"})
+NODE_LOST = "node_lost"
+
+
+def node_mates(
+    state: JobState, failures: Sequence[Failure], gone: Collection[str], dead_nodes: Collection[str]
+) -> list[Failure]:
+    """The other actors lost with a dead actor's node, as failures of that one fault.
+
+    Ray reports the actors of a lost node one at a time, often in different monitoring passes:
+    taken one by one they would make one recovery (and one count) per actor. The actors on the
+    node of a dead actor that are gone too, or all of them once Ray marks the node dead, join
+    the dead actor's recovery instead.
+    """
+    reported = {f.actor for f in failures}
+    out: list[Failure] = []
+    for failure in failures:
+        if failure.kind not in DEATH_KINDS:
+            continue
+        record = state.actors.get(failure.actor)
+        node = (record.node_id if record is not None else None) or failure.node_id
+        if node is None:
+            continue
+        for name, mate in state.actors.items():
+            if name in reported or mate.node_id != node or mate.stage.is_terminal:
+                continue
+            if node in dead_nodes or name in gone:
+                why = "Ray marked the node dead" if node in dead_nodes else "gone at the same time"
+                message = f"lost with node {node[:12]} ({why}), where {failure.actor} died"
+                out.append(Failure(name, mate.role, NODE_LOST, message, node))
+                reported.add(name)
+    return out
+
+
+def one_death_per_node(state: JobState, failures: Sequence[Failure]) -> list[Failure]:
+    """Actors of one node found dead in the same pass died of one fault (the node, or what
+    killed its processes at once): the first is its culprit, the others join it."""
+    roots: dict[str, str] = {}
+    out: list[Failure] = []
+    for failure in failures:
+        record = state.actors.get(failure.actor)
+        node = (record.node_id if record is not None else None) or failure.node_id
+        if failure.kind in DEATH_KINDS and node is not None:
+            root = roots.setdefault(node, failure.actor)
+            if root != failure.actor:
+                failure = replace(
+                    failure,
+                    kind=NODE_LOST,
+                    message=f"died with {root} on node {node[:12]}: {failure.message}",
+                )
+        out.append(failure)
+    return out
+
+
 def _first_per_actor(failures: Sequence[Failure]) -> list[Failure]:
     """Two reports of one failure (a death and an error report, a push and a poll) are one."""
     seen: set[str] = set()
@@ -73,16 +129,25 @@ def _first_per_actor(failures: Sequence[Failure]) -> list[Failure]:
     return out
 
 
-def plan_failover(state: JobState, failures: Sequence[Failure], *, has_extension: bool) -> FailoverPlan:
-    """Decide the recovery for this pass's failures (see the module docstring)."""
+def plan_failover(
+    state: JobState,
+    failures: Sequence[Failure],
+    *,
+    has_extension: bool,
+    gone: Collection[str] = (),
+    dead_nodes: Collection[str] = (),
+) -> FailoverPlan:
+    """Decide the recovery for this pass's failures (see the module docstring). `gone`: actors
+    seen dead or restarting in this pass; `dead_nodes`: nodes Ray marks dead (see `node_mates`)."""
     if state.stage is not JobStage.RUNNING:
         # The seed: reports during non-RUNNING stages are ignored; a restart is under way.
         return FailoverPlan(ignored=tuple(failures))
     in_flight = set(state.failover.actors) if state.failover is not None else set[str]()
     ignored = [f for f in failures if f.actor in in_flight]
-    current = _first_per_actor([f for f in failures if f.actor not in in_flight])
+    current = one_death_per_node(state, _first_per_actor([f for f in failures if f.actor not in in_flight]))
     if not current:
         return FailoverPlan(ignored=tuple(ignored))
+    current += [f for f in node_mates(state, current, gone, dead_nodes) if f.actor not in in_flight]
 
     spec = state.spec
     limits = spec.limits
@@ -95,6 +160,8 @@ def plan_failover(state: JobState, failures: Sequence[Failure], *, has_extension
         record = state.actors[failure.actor]
         node = record.node_id or failure.node_id
         affected[failure.actor] = failure
+        if failure.kind == NODE_LOST:
+            continue  # the fault of the dead actor it went with, counted there
         if node is None:
             counted.append(failure)
             continue
@@ -168,6 +235,17 @@ def _handle(
         sub = [n for n in names if state.actors[n].rank == SUB_MASTER_RANK]
         workers = [n for n in names if state.actors[n].rank != SUB_MASTER_RANK]
         culprit_failure = affected[names[0]]
+        if all(affected[n].kind == NODE_LOST for n in names):
+            # Lost with another role's node: that fault's recovery, not one of this role's own.
+            root = next(f for f in affected.values() if f.kind != NODE_LOST)
+            tiers = ((Tier.SUB_MASTER, sub), (Tier.ROLE, sorted(workers, key=lambda n: state.actors[n].rank)))
+            why = f"lost with node {(root.node_id or '?')[:12]}: {culprit(root)}"
+            recoveries += [
+                Recovery(tier, tuple(group), why, role, root.actor, root.node_id, joined=True)
+                for tier, group in tiers
+                if group
+            ]
+            continue
         if sub:
             if record.sub_master_restart_count + 1 > role_spec.max_restart:
                 return (), (

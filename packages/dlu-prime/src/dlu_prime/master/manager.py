@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
 from dlu_prime.extension import Extension, NodeInfo
 from dlu_prime.master.failover import (
+    DEATH_KINDS,
     FailoverPlan,
     InPlaceDecision,
     InPlaceVerdict,
@@ -535,30 +536,42 @@ class PrimeManager:
             RestartLimitError: an actor kept dying and its role's budget is used up.
         """
         pending = names
-        rebuilding: tuple[str, float] | None = None  # an actor Ray is rebuilding, since when
+        counted: dict[str, str | None] = {}  # actor -> the incarnation its last counted death gave
         while True:
-            set_up = False
             try:
                 if pending:
                     self.scheduler.setup(pending)
-                set_up = True
                 self.scheduler.check_children(sub_masters(self.state))
                 return
             except ActorSetupError as exc:
                 if not exc.transient or exc.actor not in self.state.actors:
                     raise
-                now = self.clock()
-                # Its new incarnation is not up yet: the same fault, not another one.
-                same = rebuilding is not None and rebuilding[0] == exc.actor and not set_up
-                if same and rebuilding and now - rebuilding[1] <= self.state.spec.health.heartbeat_timeout_s:
-                    time.sleep(0.2)
+                incarnation = self._await_incarnation(exc.actor)
+                if exc.actor in counted and incarnation is not None and counted[exc.actor] == incarnation:
+                    # The same process answers: the call failed while Ray was still rebuilding it
+                    # (or on a blip), not because it died again. Not another fault.
+                    pending = [exc.actor]
                     continue
                 recovery, stop = setup_retry(self.state, exc.actor, exc.error)
                 if recovery is None:
                     raise RestartLimitError(stop or exc.error) from None
                 self._note_setup_retry(recovery)
-                rebuilding = (exc.actor, now)
+                counted[exc.actor] = incarnation
                 pending = [exc.actor]
+
+    def _await_incarnation(self, name: str) -> str | None:
+        """Which process of `name` answers once Ray has rebuilt it; None if none answers within
+        the heartbeat timeout (or it is gone for good)."""
+        deadline = time.monotonic() + self.state.spec.health.heartbeat_timeout_s
+        while True:
+            seen = self.scheduler.poll([name]).get(name)
+            if seen is not None and seen.stage is not None:
+                return seen.incarnation
+            if seen is not None and not seen.unavailable and "no longer exists" in (seen.error or ""):
+                return None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
 
     def _note_setup_retry(self, recovery: Recovery) -> None:
         with self._lock:
@@ -607,7 +620,7 @@ class PrimeManager:
             }
             self.metrics.observe_state(self.state, ages)
         if result.failures:
-            self.recover(result.failures)
+            self.recover(result.failures, observations)
         elif result.all_drivers_finished:
             drivers = ", ".join(r.name for r in self.state.spec.roles if r.is_driver)
             self.finish(EXIT_OK, f"every driver role finished ({drivers})")
@@ -644,9 +657,26 @@ class PrimeManager:
             self.save()
 
     # failover ----------------------------------------------------------------------------------
-    def recover(self, failures: tuple[Failure, ...] | list[Failure]) -> FailoverPlan:
-        """deal_with_actor_restarting, then failover handling, as the pure policy decides."""
-        plan = plan_failover(self.state, failures, has_extension=self.extension is not None)
+    def recover(
+        self,
+        failures: tuple[Failure, ...] | list[Failure],
+        observations: Mapping[str, ActorObservation] | None = None,
+    ) -> FailoverPlan:
+        """deal_with_actor_restarting, then failover handling, as the pure policy decides.
+        `observations` (this pass's poll) tell which other actors went with a dead one's node."""
+        seen = observations or {}
+        gone = {name for name, o in seen.items() if _gone(o) or o.unavailable}
+        dead_nodes: set[str] = set()
+        nodes = {
+            self.state.actors[f.actor].node_id or f.node_id
+            for f in failures
+            if f.kind in DEATH_KINDS and f.actor in self.state.actors
+        }
+        if nodes - {None}:
+            dead_nodes = self.scheduler.dead_nodes([n for n in nodes if n is not None])
+        plan = plan_failover(
+            self.state, failures, has_extension=self.extension is not None, gone=gone, dead_nodes=dead_nodes
+        )
         if plan.ignored and not plan.acts:
             logger.info(
                 "job %s: ignored %d report(s) during %s",
@@ -718,7 +748,8 @@ class PrimeManager:
         recovery going on, recorded as such, not as another fault); a failed job restart stops
         the job."""
         with self._lock:
-            self._count(recovery)
+            if not recovery.joined:
+                self._count(recovery)
             record = FailoverRecord(
                 tier=recovery.tier,
                 role=recovery.role,
@@ -731,7 +762,11 @@ class PrimeManager:
             for name in recovery.actors:
                 self.state.actors[name].stage = ActorStage.INIT
             self.state.record(
-                "failover_escalated" if escalated else "failover_started",
+                "failover_escalated"
+                if escalated
+                else "failover_joined"
+                if recovery.joined
+                else "failover_started",
                 f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}",
                 role=recovery.role,
                 actor=recovery.culprit,

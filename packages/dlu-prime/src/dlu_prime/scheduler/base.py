@@ -43,6 +43,7 @@ class ActorObservation:
     beats: int = 0  # beats sent so far: staleness is judged by when this count last moved
     watched: bool = False  # it reports beats of its own: judge heartbeat staleness
     steps_reported: bool = False  # it reports training steps: judge hangs
+    incarnation: str | None = None  # which process answered (node and pid): changes when Ray rebuilds it
 
     @staticmethod
     def gone(error: str) -> ActorObservation:
@@ -65,6 +66,7 @@ class ActorObservation:
             beats=int(status.get("beats") or 0),
             watched=bool(status.get("watched")),
             steps_reported=bool(status.get("steps_reported")),
+            incarnation=f"{status.get('node_id')}/{status['pid']}" if status.get("pid") else None,
         )
 
 
@@ -119,6 +121,10 @@ class Scheduler(ABC):
         Raises:
             ActorSetupError: the actor died or the call raised.
         """
+
+    def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
+        """Which of these nodes the cluster has marked dead (a scheduler that cannot tell: none)."""
+        return set()
 
     @abstractmethod
     def stop(self, names: Sequence[str]) -> None:

@@ -343,6 +343,15 @@ class RayScheduler(Scheduler):
         self.setup(names)
         return {name: identities[name]["node_id"] for name in names}
 
+    def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
+        wanted = set(node_ids)
+        try:
+            nodes = ray.nodes()
+        except RayError as exc:
+            logger.warning("could not list Ray's nodes: %s", exc)
+            return set()
+        return {str(n["NodeID"]) for n in nodes if str(n.get("NodeID")) in wanted and not n.get("Alive")}
+
     def stop(self, names: Sequence[str]) -> None:
         refs: list[Any] = []
         for name in names:
