@@ -19,8 +19,7 @@ from dlu_prime.state import (
     StateStoreUnavailableError,
     Versioned,
 )
-
-from .state_store_suite import StateStoreConformance
+from dlu_prime.testing.store_conformance import StateStoreConformance
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
 

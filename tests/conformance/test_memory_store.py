@@ -1,15 +1,13 @@
-"""The conformance suite against the in-process store."""
+"""The conformance suite against the in-process store, found by its registered name."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from dlu_prime.state import MemoryStateStore, StateStore
-
-from .state_store_suite import StateStoreConformance
+from dlu_prime.state import StateStore, create_state_store
+from dlu_prime.testing.store_conformance import StateStoreConformance
 
 
 class TestMemoryStore(StateStoreConformance):
-    @pytest.fixture
-    def store(self) -> StateStore:
-        return MemoryStateStore()
+    def create_store(self, tmp_path: Path) -> StateStore:
+        return create_state_store("memory")

@@ -8,10 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from dlu_prime.state import StateStore
+from dlu_prime.testing.store_conformance import StateStoreConformance
 from dlu_store_redis.store import RedisStateStore
 from dlu_store_redis.testing import RedisServer
-
-from .state_store_suite import StateStoreConformance
 
 pytestmark = pytest.mark.timeout(60)
 

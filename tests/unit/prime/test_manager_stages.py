@@ -703,14 +703,21 @@ def test_state_round_trip(make_spec: SpecFactory, make_role: RoleFactory) -> Non
     assert loaded.dumps() == state.dumps()
 
 
-@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 0, None, "1"])
-def test_loads_rejects_another_schema_version(version: object, make_spec: SpecFactory) -> None:
+@pytest.mark.parametrize("version", [0, None, "1", True])
+def test_loads_rejects_an_unknown_schema_version(version: object, make_spec: SpecFactory) -> None:
     document = json.loads(new_state(make_spec()).dumps())
     if version is None:
         del document["schema_version"]
     else:
         document["schema_version"] = version
-    with pytest.raises(ValueError, match=rf"schema version {version!r}; this dlu-prime reads version 1"):
+    with pytest.raises(ValueError, match=rf"schema version {version!r}; this dlu-prime reads versions 1 to"):
+        JobState.loads(json.dumps(document).encode())
+
+
+def test_loads_rejects_a_newer_schema_version(make_spec: SpecFactory) -> None:
+    document = json.loads(new_state(make_spec()).dumps())
+    document["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(ValueError, match=rf"newer than this dlu-prime's {SCHEMA_VERSION}.*Upgrade dlu-prime"):
         JobState.loads(json.dumps(document).encode())
 
 

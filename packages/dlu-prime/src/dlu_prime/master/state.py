@@ -15,8 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
+from dlu_prime.master.schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported for readers
+from dlu_prime.master.schema import SchemaVersionError as SchemaVersionError
+from dlu_prime.master.schema import upgrade
 
-SCHEMA_VERSION = 1
 SUB_MASTER_RANK = -1  # the rank recorded for a role's SubMaster
 MAX_EVENTS = 500
 
@@ -216,17 +218,12 @@ class JobState(BaseModel):
 
     @classmethod
     def loads(cls, data: bytes) -> JobState:
-        """Parse a stored document.
+        """Parse a stored document, upgrading one an older dlu-prime wrote (see `schema`).
 
         Raises:
-            ValueError: written by an unknown schema version, or not a state document.
+            SchemaVersionError: a newer dlu-prime wrote it, or it is not a state document.
+            ValueError: the document does not fit the schema it claims.
         """
         raw: Any = json.loads(data)
         document: dict[str, Any] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
-        version = document.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(
-                f"stored job state has schema version {version!r}; this dlu-prime reads version "
-                f"{SCHEMA_VERSION}. Finish the job with the dlu-prime that started it, or delete its state."
-            )
-        return cls.model_validate(raw)
+        return cls.model_validate(upgrade(document))

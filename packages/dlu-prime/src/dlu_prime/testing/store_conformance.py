@@ -1,20 +1,59 @@
-"""The contract every `StateStore` must meet. Subclass `StateStoreConformance` in a
-`test_*.py` module and provide a `store` fixture that yields an empty store."""
+"""The contract every `StateStore` must meet, as a pytest suite that store packages run.
+
+A store written outside this repository proves it keeps the contract by subclassing
+`StateStoreConformance` in one of its own `test_*.py` modules:
+
+    class TestMyStore(StateStoreConformance):
+        def create_store(self, tmp_path: Path) -> StateStore:
+            return create_state_store("my-store", {"root": str(tmp_path)})
+
+or, where an empty store needs more setup, by overriding the `store` fixture. pytest is needed
+only here, never by dlu-prime at runtime: install `dlu-prime[testing]` beside the store's tests.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "dlu_prime.testing.store_conformance runs under pytest, which is not installed; "
+        "install dlu-prime[testing] (or pytest) in the environment that runs the store's tests"
+    ) from exc
 
 from dlu_prime.state import StateConflictError, StateStore, Versioned
+
+__all__ = ["BAD_JOB_NAMES", "RACE_ROUNDS", "StateStoreConformance"]
 
 RACE_ROUNDS = 20
 BAD_JOB_NAMES = ["", "Upper", "a/b", "a_b", "a b", "job.x", "é", None, 3]
 
 
 class StateStoreConformance:
-    """Not collected by itself (no `Test` prefix); every subclass runs all of it."""
+    """Not collected by itself (no `Test` prefix); every subclass runs all of it.
+
+    Each test gets an empty store from the `store` fixture, which by default calls
+    `create_store` with the test's temporary directory and closes the store afterwards.
+    """
+
+    def create_store(self, tmp_path: Path) -> StateStore:
+        """Return an empty store (`tmp_path` is the test's own directory, for file stores)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must override create_store(tmp_path) or the `store` fixture "
+            "to return an empty store"
+        )
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[StateStore]:
+        made = self.create_store(tmp_path)
+        try:
+            yield made
+        finally:
+            made.close()
 
     def test_get_missing_job_is_none(self, store: StateStore) -> None:
         assert store.get("missing") is None

@@ -1,0 +1,131 @@
+"""Schema versions of the stored job state, and the migrations between them.
+
+A job's state outlives the dlu-prime that wrote it (a Redis store, `dlu resume` after an
+upgrade), so `JobState.loads` upgrades an older document step by step instead of refusing it.
+Each step is a pure function of the JSON document, registered in `MIGRATIONS` under the version
+it reads; it never touches the input and fills every field it introduces explicitly, so the
+next step can rely on the shape it was written for.
+
+History:
+  1: the first wave. Documents that say 1 come in two shapes: the first wave's, with a
+     `failover_in_progress` flag on the job and on each role and no failover ladder, and the
+     later one (failover record, per-role restart counters, SubMaster endpoints, event tiers),
+     written before anyone bumped the version.
+  2: the failover ladder's document: `failover_in_progress` is gone (a saved `failover` record
+     says what is in flight), every counter and field of the later shape is present, and
+     STOPPED actors / LOST jobs may appear, which a reader of version 1 cannot parse.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 2
+"""The version this dlu-prime writes."""
+
+Document = dict[str, Any]
+Migration = Callable[[Document], Document]
+
+
+class SchemaVersionError(ValueError):
+    """A stored document this dlu-prime cannot read; the message says which version and the fix."""
+
+
+def _fill(target: Document, defaults: Document) -> None:
+    for key, value in defaults.items():
+        target.setdefault(key, copy.deepcopy(value))
+
+
+def _records(document: Document, field: str) -> list[Document]:
+    found: Any = document.get(field)
+    if not isinstance(found, dict):
+        return []
+    values: list[Any] = list(found.values())  # pyright: ignore[reportUnknownArgumentType]
+    return [v for v in values if isinstance(v, dict)]
+
+
+def migrate_1_to_2(document: Document) -> Document:
+    """Drop the first wave's `failover_in_progress` flags and fill what either v1 shape lacks.
+
+    The first wave never finished a failover (it had none), so a flag left set cannot be
+    completed: it is dropped with a note on the timeline, and the monitor sees the actors' state
+    afresh and starts a recovery of its own if one is needed.
+    """
+    out = copy.deepcopy(document)
+    in_flight = bool(out.pop("failover_in_progress", False))
+    for role in _records(out, "roles"):
+        in_flight = bool(role.pop("failover_in_progress", False)) or in_flight
+        _fill(role, {"inplace_restart_count": 0, "sub_master_restart_count": 0, "escalation_count": 0})
+    for actor in _records(out, "actors"):
+        _fill(actor, {"errors_seen": 0})
+    _fill(out, {"failover": None, "endpoints": {}, "channels": {}, "events": []})
+    failover: Any = out["failover"]
+    if isinstance(failover, dict):
+        _fill(failover, {"culprit": None})  # pyright: ignore[reportUnknownArgumentType]
+    events: Any = out["events"]
+    if isinstance(events, list):
+        for event in events:  # pyright: ignore[reportUnknownVariableType]
+            if isinstance(event, dict):
+                _fill(event, {"tier": None, "duration_s": None})  # pyright: ignore[reportUnknownArgumentType]
+        if in_flight:
+            events.append(  # pyright: ignore[reportUnknownMemberType]
+                {
+                    "time": out.get("updated_at", 0.0),
+                    "kind": "schema_migrated",
+                    "message": "a failover flagged in flight by schema version 1 had no record to "
+                    "finish it from; it was dropped and the monitor judges the actors afresh",
+                    "role": None,
+                    "actor": None,
+                    "node_id": None,
+                    "tier": None,
+                    "duration_s": None,
+                }
+            )
+    out["schema_version"] = 2
+    return out
+
+
+MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2}
+"""`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
+
+
+def upgrade(document: Document) -> Document:
+    """Bring a stored document to `SCHEMA_VERSION`, one registered step at a time.
+
+    Raises:
+        SchemaVersionError: the version is missing or not a known one (a newer dlu-prime wrote
+            it, or it is not a job state document).
+    """
+    version: Any = document.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < min(MIGRATIONS, default=1):
+        raise SchemaVersionError(
+            f"stored job state has schema version {version!r}; this dlu-prime reads versions "
+            f"{_readable()}: the field 'schema_version' is missing or wrong, so this is not a job state "
+            "document DLU wrote. Delete the job's state (or submit the job again) to start it afresh."
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"stored job state has schema version {version}, newer than this dlu-prime's "
+            f"{SCHEMA_VERSION} (it reads versions {_readable()}): a newer dlu-prime wrote it. "
+            f"Upgrade dlu-prime to a release that reads schema {version} (the one that ran the job)."
+        )
+    start = version
+    while version < SCHEMA_VERSION:
+        document = MIGRATIONS[version](document)
+        version += 1
+        if document.get("schema_version") != version:
+            raise AssertionError(
+                f"migration from schema {version - 1} did not write schema_version {version}"
+            )
+    if start != SCHEMA_VERSION:
+        logger.info("job state upgraded from schema version %d to %d", start, SCHEMA_VERSION)
+    return document
+
+
+def _readable() -> str:
+    return f"{min(MIGRATIONS, default=SCHEMA_VERSION)} to {SCHEMA_VERSION}"

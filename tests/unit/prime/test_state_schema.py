@@ -1,0 +1,196 @@
+"""Stored job states of every earlier schema version load, field by field, and resume.
+
+The fixtures in `state_fixtures/` are snapshots of what released code wrote (see their README);
+they are never regenerated, only added to when the schema version moves on.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlu_api.status import JobStage
+from dlu_prime.master.manager import PrimeManager, new_state
+from dlu_prime.master.schema import MIGRATIONS, SCHEMA_VERSION, SchemaVersionError, migrate_1_to_2, upgrade
+from dlu_prime.master.state import ActorStage, JobState, Tier
+from dlu_prime.state.memory import MemoryStateStore
+from dlu_prime.testing.sim_scheduler import SimScheduler
+
+pytestmark = pytest.mark.timeout(30)
+
+FIXTURES = Path(__file__).parent / "state_fixtures"
+FIRST_WAVE = "job_state_v1.json"
+LATE_V1 = "job_state_v1_failover.json"
+TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
+
+
+def _document(name: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return found
+
+
+def _load(name: str) -> JobState:
+    return JobState.loads((FIXTURES / name).read_bytes())
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_every_earlier_version_has_a_fixture_and_a_migration() -> None:
+    assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION))
+    versions = {json.loads(p.read_text())["schema_version"] for p in FIXTURES.glob("job_state_v*.json")}
+    assert versions == set(range(1, SCHEMA_VERSION))
+
+
+def test_first_wave_document_loads_field_by_field() -> None:
+    state = _load(FIRST_WAVE)
+    assert state.schema_version == SCHEMA_VERSION
+    assert state.run_id == "5f0c3e1d9a7b4c2e8f6a1b3c5d7e9f01"
+    assert (state.stage, state.exit_code, state.reason) == (JobStage.RUNNING, None, "job started")
+    trainer = state.spec.role("trainer")
+    assert (state.spec.name, trainer.total, trainer.per_group) == ("lm", 4, 2)
+    assert trainer.elastic is not None and trainer.elastic.nnodes == "2"
+    assert state.spec.limits.job_max_restart == 5
+    assert state.spec.state_store.name == "embedded"
+    assert sorted(state.roles) == ["evaluator", "trainer"]
+    for role in state.roles.values():
+        assert role.restart_count == role.inplace_restart_count == 0
+        assert role.sub_master_restart_count == role.escalation_count == 0
+    assert list(state.actors) == [*TRAINERS, "lm.evaluator.0"]
+    for name, actor in state.actors.items():
+        assert actor.stage is ActorStage.RUNNING
+        assert actor.node_id == ("node-00001" if name in TRAINERS[2:] else "node-00000")
+        assert (actor.restart_count, actor.total_failures, actor.errors_seen, actor.error) == (0, 0, 0, None)
+    assert state.actors["lm.trainer.3"].rank == 3
+    assert state.job_restart_count == state.global_restart_count == 0
+    assert state.master_restart_count == state.node_restart_count == 0
+    assert (state.removed_nodes, state.node_failures) == ([], {})
+    assert state.failover is None
+    assert state.endpoints == {}
+    assert state.channels["eval-batches"].actor_name == "lm-channel-eval-batches"
+    kinds = [e.kind for e in state.events]
+    assert kinds == ["job_created", "actors_created", "stage", "stage", "channel_created"]
+    assert all(e.tier is None and e.duration_s is None for e in state.events)
+    assert state.events[0].message == "job lm created (run 5f0c3e1d)"
+    assert (state.created_at, state.updated_at) == (1764000000.0, 1764000019.5)
+
+
+def test_late_v1_document_with_a_failover_in_flight_loads_field_by_field() -> None:
+    state = _load(LATE_V1)
+    assert state.stage is JobStage.RUNNING
+    assert state.failover is not None
+    assert (state.failover.tier, state.failover.role) == (Tier.ROLE, "trainer")
+    assert state.failover.actors == ["lm.trainer.3"] and state.failover.culprit == "lm.trainer.3"
+    assert state.failover.started_at == 1766000014.0
+    assert "lost its raylet" in state.failover.reason
+    trainer = state.roles["trainer"]
+    assert (trainer.restart_count, trainer.escalation_count, trainer.inplace_restart_count) == (1, 1, 0)
+    victim = state.actors["lm.trainer.3"]
+    assert (victim.stage, victim.restart_count, victim.total_failures) == (ActorStage.INIT, 1, 1)
+    assert state.actors["lm.trainer.submaster"].rank == -1
+    assert state.node_failures == {"node-00001": 1}
+    assert state.endpoints == {"trainer": {"address": "10.0.0.5:50051"}}
+    started = state.events[-1]
+    assert (started.kind, started.tier, started.actor, started.node_id) == (
+        "failover_started",
+        "role",
+        "lm.trainer.3",
+        "node-00001",
+    )
+
+
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1])
+def test_migration_writes_every_field_of_the_current_shape(name: str) -> None:
+    """Explicit defaults, so the next migration can rely on every field being there."""
+    original = _document(name)
+    upgraded = upgrade(original)
+    assert original == _document(name), "a migration changed its input"
+    assert upgraded["schema_version"] == SCHEMA_VERSION
+    state = JobState.model_validate(upgraded)
+    assert json.loads(state.dumps()) == upgraded | {"spec": json.loads(state.spec.model_dump_json())}
+    assert JobState.loads(state.dumps()) == state
+
+
+def test_a_failover_flag_left_set_by_the_first_wave_is_dropped_with_a_note() -> None:
+    document = _document(FIRST_WAVE)
+    document["failover_in_progress"] = True
+    document["roles"]["trainer"]["failover_in_progress"] = True
+    migrated = migrate_1_to_2(document)
+    assert "failover_in_progress" not in migrated
+    assert "failover_in_progress" not in migrated["roles"]["trainer"]
+    note = migrated["events"][-1]
+    assert note["kind"] == "schema_migrated" and note["time"] == document["updated_at"]
+    assert JobState.model_validate(migrated).failover is None
+
+
+def test_a_document_from_a_newer_dlu_prime_is_refused_naming_both_versions() -> None:
+    future = json.loads(new_state(_load(FIRST_WAVE).spec).dumps())
+    future["schema_version"] = SCHEMA_VERSION + 1
+    future["a_field_of_the_future"] = {"x": 1}
+    with pytest.raises(SchemaVersionError) as info:
+        JobState.loads(json.dumps(future).encode())
+    message = str(info.value)
+    assert f"schema version {SCHEMA_VERSION + 1}, newer than this dlu-prime's {SCHEMA_VERSION}" in message
+    assert "Upgrade dlu-prime" in message
+    assert isinstance(info.value, ValueError)  # callers that catch ValueError keep working
+
+
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1])
+def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
+    store = MemoryStateStore()
+    store.put("lm", (FIXTURES / name).read_bytes(), None)
+    old = _load(name)
+    clock = Clock(1_800_000_000.0)
+    sim = SimScheduler(old.spec, clock, new_state(old.spec).actors)
+    manager = PrimeManager.resume(old.spec, sim, store, clock=clock)
+    manager.prepare()
+    manager.start()
+    sim.beat()
+    manager.monitor_once()
+    assert manager.state.stage is JobStage.RUNNING
+    assert manager.state.job_restart_count == 1
+    assert manager.state.roles["trainer"].restart_count == old.roles["trainer"].restart_count
+    assert manager.state.events[: len(old.events)] == old.events
+    stored = store.get("lm")
+    assert stored is not None and json.loads(stored.data)["schema_version"] == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1])
+def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
+    """Tier 6 after an upgrade: the RUNNING job carries on, an in-flight failover is finished."""
+    store = MemoryStateStore()
+    token = store.put("lm", (FIXTURES / name).read_bytes(), None)
+    old = _load(name)
+    clock = Clock(1_800_000_000.0)
+    sim = SimScheduler(old.spec, clock, old.actors)
+    sim.setup(list(old.actors))
+    sim.start(list(old.actors))
+    manager = PrimeManager.self_recover(old.spec, sim, store, clock=clock)
+    assert manager is not None and manager.token == token + 1
+    assert manager.state.master_restart_count == 1
+    manager.resume_failover()
+    assert manager.state.failover is None
+    sim.beat()
+    manager.monitor_once()
+    assert manager.state.stage is JobStage.RUNNING, manager.state.reason
+    kinds = [e.kind for e in manager.state.events[len(old.events) :]]
+    assert kinds == (["master_restarted", "failover_done"] if old.failover else ["master_restarted"])
+    assert manager.state.run_id == old.run_id
+
+
+def test_a_migration_never_shares_state_with_its_input() -> None:
+    document = _document(LATE_V1)
+    migrated = migrate_1_to_2(document)
+    migrated["roles"]["trainer"]["restart_count"] = 99
+    migrated["events"].clear()
+    assert document == _document(LATE_V1)
+    assert copy.deepcopy(migrated) == migrated
