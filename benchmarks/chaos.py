@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_workspace()
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-ch-", dir="/tmp"))
     out = Path(args.out or tempfile.mkdtemp(prefix="dlu-chaos-"))
+    out.mkdir(parents=True, exist_ok=True)  # the reference writes its losses there from the start
     open_ended = args.steps is None
     # An open-ended run may take at most 4 times the step padding per step before it is cut.
     steps = args.steps or 4 * steps_for(duration_s, args.step_seconds)
