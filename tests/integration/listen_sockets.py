@@ -19,7 +19,11 @@ class Listener:
 
     @property
     def loopback(self) -> bool:
-        return ipaddress.ip_address(self.host).is_loopback
+        """127.0.0.0/8, ::1, or 127.x mapped into IPv6 (a dual-stack socket bound to 127.0.0.1)."""
+        address = ipaddress.ip_address(self.host)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address.is_loopback
 
 
 def _decode(hex_addr: str) -> tuple[str, int]:
