@@ -289,5 +289,7 @@ def actor_was_restarted() -> bool:
     import ray
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"(?s).*Use get_actor_id\(\) instead", category=DeprecationWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"(?s).*Use get_actor_id\(\) instead", category=DeprecationWarning
+        )
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
