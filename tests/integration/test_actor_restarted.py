@@ -23,7 +23,7 @@ def test_a_restart_by_ray_is_seen(ray_session: Any) -> None:
                 found = ray_private.actor_was_restarted()
             return found, [str(w.message) for w in seen]
 
-    probe = ray.remote(max_restarts=1, max_task_retries=-1, num_cpus=0)(Probe).remote()
+    probe: Any = ray.remote(max_restarts=1, max_task_retries=-1, num_cpus=0)(Probe).remote()
     assert ray.get(probe.restarted.remote(), timeout=60) == (False, [])
     ray.kill(probe, no_restart=False)
     assert ray.get(probe.restarted.remote(), timeout=60) == (True, [])
