@@ -7,7 +7,6 @@ builder and a YAML file can never disagree on defaults or validation.
 from __future__ import annotations
 
 import logging
-
 from typing import Any, Generic, Self, TypeVar
 
 from dlu_api.spec.io import spec_from_dict
