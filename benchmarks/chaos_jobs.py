@@ -222,24 +222,24 @@ def start_cluster(trainer_nodes: int = 2) -> Any:
     from dlu_prime.ray_env import pin_loopback, quiet_ray_env
 
     quiet_ray_env()
-    pin_loopback()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 4,
-            "resources": {HEAD_RESOURCE: 1},
-            "include_dashboard": False,
-            "node_ip_address": "127.0.0.1",
-            "_system_config": {
-                "health_check_initial_delay_ms": 1000,
-                "health_check_period_ms": 1000,
-                "health_check_timeout_ms": 1000,
-                "health_check_failure_threshold": 3,
+    with pin_loopback():  # the nodes and this driver stay on 127.0.0.1
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 4,
+                "resources": {HEAD_RESOURCE: 1},
+                "include_dashboard": False,
+                "node_ip_address": "127.0.0.1",
+                "_system_config": {
+                    "health_check_initial_delay_ms": 1000,
+                    "health_check_period_ms": 1000,
+                    "health_check_timeout_ms": 1000,
+                    "health_check_failure_threshold": 3,
+                },
             },
-        },
-    )
-    for _ in range(trainer_nodes):
-        cluster.add_node(**WORKER_NODE_ARGS)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        )
+        for _ in range(trainer_nodes):
+            cluster.add_node(**WORKER_NODE_ARGS)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
     return cluster

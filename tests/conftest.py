@@ -70,8 +70,8 @@ def ray_session():  # type: ignore[no-untyped-def]
 
     if ray.is_initialized():
         ray.shutdown()
-    pin_loopback()
-    ray.init(**ray_init_kwargs(tmp_root))  # type: ignore[arg-type]
+    with pin_loopback():
+        ray.init(**ray_init_kwargs(tmp_root))  # type: ignore[arg-type]
     yield ray
     ray.shutdown()
     shutil.rmtree(tmp_root, ignore_errors=True)

@@ -72,6 +72,20 @@ def allreduce_only() -> None:
     heartbeat(1, float(value.item()))
 
 
+def allreduce_then_hang() -> None:
+    """Join the process group, allreduce once, say so in ready-RANK.json, then run forever (the
+    loopback test reads what every process listens on meanwhile)."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    heartbeat(1, float(value.item()))
+    _write(f"ready-{dist.get_rank()}.json", {"pid": os.getpid(), "sum": value.item()})
+    while True:
+        time.sleep(0.05)
+
+
 def raise_error() -> None:
     raise RuntimeError("boom from elastic_workloads")
 

@@ -21,7 +21,6 @@ SCRIPT = r"""
 import json, sys
 from pathlib import Path
 from dlu_prime.ray_env import pin_loopback
-pin_loopback()
 import ray
 from ray.cluster_utils import Cluster
 from dlu_api.spec import load_spec, spec_from_dict
@@ -29,10 +28,11 @@ from dlu_prime import launcher
 from dlu_prime.naming import NAMESPACE
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
-                  "node_ip_address": "127.0.0.1"})
-cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1")
-ray.init(address=cluster.address, namespace=NAMESPACE)
+with pin_loopback():  # every node and this driver stay on 127.0.0.1
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                      "node_ip_address": "127.0.0.1"})
+    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1")
+    ray.init(address=cluster.address, namespace=NAMESPACE)
 data = load_spec(root / "examples/elastic/job.yaml").model_dump(mode="json")
 data["name"] = "lm-cluster"
 data["placement_strategy"] = "STRICT_SPREAD"   # one node's ranks per Ray node

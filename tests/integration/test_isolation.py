@@ -27,11 +27,11 @@ from dlu_prime.naming import NAMESPACE, master_name
 
 out = Path(sys.argv[1])
 from dlu_prime.ray_env import pin_loopback
-pin_loopback()  # every node and this driver stay on 127.0.0.1
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"dlu_head": 1},
+with pin_loopback():  # every node and this driver stay on 127.0.0.1
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"dlu_head": 1},
                   "include_dashboard": False, "node_ip_address": "127.0.0.1"})
-worker_node = cluster.add_node(num_cpus=2, resources={"dlu_worker": 4}, node_ip_address="127.0.0.1")
-ray.init(address=cluster.address, namespace=NAMESPACE)
+  worker_node = cluster.add_node(num_cpus=2, resources={"dlu_worker": 4}, node_ip_address="127.0.0.1")
+  ray.init(address=cluster.address, namespace=NAMESPACE)
 spec = spec_from_dict({
     "name": "iso", "device_type": "CPU", "device_per_node": 0,
     "config": {"out_dir": str(out), "hold_s": 2},

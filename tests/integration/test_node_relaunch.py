@@ -23,7 +23,6 @@ import json, os, queue, signal, sys, threading, time
 from multiprocessing.connection import Listener
 from pathlib import Path
 from dlu_prime.ray_env import pin_loopback
-pin_loopback()
 import ray
 from ray.cluster_utils import Cluster
 from dlu_api.spec import spec_from_dict
@@ -33,11 +32,12 @@ sys.path.insert(0, sys.argv[1] + "/tests/integration")
 from failover_ext import AUTHKEY
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
-                  "node_ip_address": "127.0.0.1"})
 worker_args = {"num_cpus": 2, "resources": {"worker": 1}, "node_ip_address": "127.0.0.1"}
-nodes = [cluster.add_node(**worker_args) for _ in range(2)]
-ray.init(address=cluster.address, namespace=NAMESPACE)
+with pin_loopback():  # every node and this driver stay on 127.0.0.1
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                      "node_ip_address": "127.0.0.1"})
+    nodes = [cluster.add_node(**worker_args) for _ in range(2)]
+    ray.init(address=cluster.address, namespace=NAMESPACE)
 swaps = []
 
 requests = queue.Queue()

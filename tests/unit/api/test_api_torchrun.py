@@ -276,3 +276,17 @@ def test_from_torchrun_cmd_rule_violation_is_spec_error() -> None:
         from_torchrun_cmd("torchrun --nnodes=2 --nproc-per-node=4 t.py", device_per_node=2)
     fields = {p.field for p in info.value.problems}
     assert "roles[trainer].per_group" in fields
+
+
+def test_from_torchrun_cmd_says_which_flags_it_ignores(caplog: pytest.LogCaptureFixture) -> None:
+    from dlu_api.builder import from_torchrun_cmd
+
+    with caplog.at_level("WARNING", logger="dlu_api.builder"):
+        from_torchrun_cmd(
+            "torchrun --rdzv-backend=c10d --nnodes=1 --nproc-per-node=2 train.py", device_type="CPU"
+        )
+    assert "ignored: --rdzv-backend" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dlu_api.builder"):
+        from_torchrun_cmd("torchrun --nnodes=1 --nproc-per-node=2 train.py", device_type="CPU")
+    assert caplog.text == ""

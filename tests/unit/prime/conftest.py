@@ -180,6 +180,7 @@ class FakeScheduler(Scheduler):
         self.manager: PrimeManager | None = None  # SubMaster calls (failover) call back into it
         self.restart_failures: dict[str, str] = {}
         self.dead: set[str] = set()  # nodes the "cluster" marks dead
+        self.call_timeouts: list[float | None] = []
 
     # scripting ---------------------------------------------------------------------------------
     def names_of(self, role: str) -> list[str]:
@@ -303,10 +304,11 @@ class FakeScheduler(Scheduler):
         """SubMaster calls: `failover` restarts through the manager then starts, as the default
         SubMaster does; `recover_running` puts the SubMaster back to RUNNING."""
         self._enter("call", (name, method))
+        self.call_timeouts.append(timeout_s)
         if method == "failover":
             names, reason = args
             assert self.manager is not None, "set scheduler.manager to let SubMasters call back"
-            self.manager.restart_actors(list(names), reason)
+            self.manager.recovery.restart_actors(list(names), reason)
             self.start(list(names))
         elif method == "recover_running":
             self.actors[name].stage = ActorStage.RUNNING

@@ -9,9 +9,9 @@ from dlu_prime.master.state import JobState
 
 def test_published_endpoint_is_saved_and_found(make_manager: Any, store: Any) -> None:
     manager, _ = make_manager()
-    manager.publish("trainer", {"address": "127.0.0.1:5000", "token": "t"})
-    assert manager.lookup("trainer") == {"address": "127.0.0.1:5000", "token": "t"}
-    assert manager.lookup("nobody") is None
+    manager.registry.publish("trainer", {"address": "127.0.0.1:5000", "token": "t"})
+    assert manager.registry.lookup("trainer") == {"address": "127.0.0.1:5000", "token": "t"}
+    assert manager.registry.lookup("nobody") is None
     stored = store.get(manager.state.job)
     assert stored is not None
     assert JobState.loads(stored.data).endpoints["trainer"]["address"] == "127.0.0.1:5000"
@@ -19,9 +19,9 @@ def test_published_endpoint_is_saved_and_found(make_manager: Any, store: Any) ->
 
 def test_republishing_the_same_endpoint_does_not_write(make_manager: Any, store: Any) -> None:
     manager, _ = make_manager()
-    manager.publish("trainer", {"address": "a"})
+    manager.registry.publish("trainer", {"address": "a"})
     token = manager.token
-    manager.publish("trainer", {"address": "a"})
+    manager.registry.publish("trainer", {"address": "a"})
     assert manager.token == token
-    manager.publish("trainer", {"address": "b"})
+    manager.registry.publish("trainer", {"address": "b"})
     assert manager.token == token + 1

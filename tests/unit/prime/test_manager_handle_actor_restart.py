@@ -307,9 +307,9 @@ def test_node_max_restart_stops_the_job_naming_the_node(make_manager: ManagerFac
 def test_in_place_restart_limit_stops_the_job(make_manager: ManagerFactory) -> None:
     manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
     running(manager, sched)
-    first = manager.note_inplace_restart("train", "rank 1 exited 1", E1)
+    first = manager.recovery.note_inplace_restart("train", "rank 1 exited 1", E1)
     assert first.verdict is InPlaceVerdict.RESTART
-    refused = manager.note_inplace_restart("train", "rank 0 exited 1", E0)
+    refused = manager.recovery.note_inplace_restart("train", "rank 0 exited 1", E0)
     assert refused.verdict is InPlaceVerdict.STOP and "max_restart=1" in refused.reason
     assert f"culprit: {E0}" in refused.reason
     manager.monitor_once()
@@ -346,7 +346,7 @@ def test_manager_save_load_keeps_counters_and_the_in_flight_failover(
     assert loaded is not None
     again = PrimeManager(JobState.loads(loaded.data), sched, store, loaded.token, clock=manager.clock)
     sched.manager = again
-    again.resume_failover()
+    again.recovery.resume()
     assert again.state.failover is None
     assert again.state.roles["train"].restart_count == 1  # not counted twice
     assert again.state.actors[E1].restart_count == 1
@@ -366,7 +366,9 @@ def test_a_recovered_job_finishes_normally(make_manager: ManagerFactory) -> None
 def test_in_place_restart_is_counted_once_on_the_reporting_rank(make_manager: ManagerFactory) -> None:
     manager, sched = make_manager(roles=[elastic_role()])
     running(manager, sched)
-    decision = manager.note_inplace_restart("train", "round 1: job.train.1 exited 1: ValueError: boom", E1)
+    decision = manager.recovery.note_inplace_restart(
+        "train", "round 1: job.train.1 exited 1: ValueError: boom", E1
+    )
     assert decision.verdict is InPlaceVerdict.RESTART
     assert manager.state.roles["train"].inplace_restart_count == 1
     (event,) = [e for e in manager.state.events if e.kind == "inplace_restart"]
@@ -379,7 +381,9 @@ def test_a_peer_error_after_a_rank_actor_died_joins_that_fault(make_manager: Man
     manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
     running(manager, sched)
     sched.set(E1, {"stage": None, "error": "actor died: SIGKILL"})
-    decision = manager.note_inplace_restart("train", "job.train.0 exited 1: Connection closed by peer", E0)
+    decision = manager.recovery.note_inplace_restart(
+        "train", "job.train.0 exited 1: Connection closed by peer", E0
+    )
     assert decision.verdict is InPlaceVerdict.JOIN and E1 in decision.reason
     assert manager.state.roles["train"].inplace_restart_count == 0
     (joined,) = [e for e in manager.state.events if e.kind == "joined_recovery"]
@@ -398,7 +402,9 @@ def test_reports_while_a_failover_of_the_role_is_in_flight_join_it(make_manager:
     joined: list[InPlaceVerdict] = []
 
     def peer_reports(s: FakeScheduler) -> None:  # the SubMaster's failover makes the peers fail
-        joined.append(manager.note_inplace_restart("train", "job.train.0 exited 1: gloo", E0).verdict)
+        joined.append(
+            manager.recovery.note_inplace_restart("train", "job.train.0 exited 1: gloo", E0).verdict
+        )
 
     sched.on("call", peer_reports)
     sched.set(E1, {"stage": ActorStage.INIT, "reconstructed": True})
@@ -410,7 +416,7 @@ def test_reports_while_a_failover_of_the_role_is_in_flight_join_it(make_manager:
 
 def test_reports_outside_running_join_the_restart_under_way(make_manager: ManagerFactory) -> None:
     manager, _ = make_manager(roles=[elastic_role()])
-    decision = manager.note_inplace_restart("train", "exited 1", E0)  # INIT: not started yet
+    decision = manager.recovery.note_inplace_restart("train", "exited 1", E0)  # INIT: not started yet
     assert decision.verdict is InPlaceVerdict.JOIN
     assert manager.state.roles["train"].inplace_restart_count == 0
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 from ray._private.node import Node
 
-from dlu_prime import ray_env
+from dlu_prime import ray_private
 
-METHODS = ("start_api_server", "start_monitor")
+pytestmark = pytest.mark.timeout(60)
+
+METHODS = ("start_api_server", "start_monitor", "__init__")
+skip = ray_private._skip_process  # pyright: ignore[reportPrivateUsage]
 
 
 def _current() -> dict[str, Any]:
@@ -18,29 +22,44 @@ def _current() -> dict[str, Any]:
 
 def test_api_server_and_monitor_are_skipped_while_ray_starts_then_restored() -> None:
     before = _current()
-    with ray_env._lean_head({"include_dashboard": False}):  # pyright: ignore[reportPrivateUsage]
-        assert all(getattr(Node, name) is ray_env._skip_process for name in METHODS)  # pyright: ignore[reportPrivateUsage]
+    with ray_private.lean_head(skip_api_server=True, worker_script=None):
+        assert Node.start_api_server is skip and Node.start_monitor is skip
+        assert Node.__init__ is before["__init__"]  # no worker script asked for
     assert _current() == before
 
 
 def test_a_requested_dashboard_is_started() -> None:
     before = _current()
-    with ray_env._lean_head({"include_dashboard": True}):  # pyright: ignore[reportPrivateUsage]
+    with ray_private.lean_head(skip_api_server=False, worker_script=None):
         assert Node.start_api_server is before["start_api_server"]
-        assert Node.start_monitor is ray_env._skip_process  # pyright: ignore[reportPrivateUsage]
+        assert Node.start_monitor is skip
     assert _current() == before
+
+
+def test_the_worker_script_is_given_to_the_raylet_with_rays_own_in_the_environment() -> None:
+    before = _current()
+    assert ray_private.DEFAULT_WORKER_ENV not in os.environ
+    with ray_private.lean_head(skip_api_server=True, worker_script="/x/entry.py"):
+        assert Node.__init__ is not before["__init__"]
+        script = os.environ[ray_private.DEFAULT_WORKER_ENV]
+        assert script == ray_private.default_worker_script() and script.endswith("default_worker.py")
+    assert _current() == before and ray_private.DEFAULT_WORKER_ENV not in os.environ
 
 
 def test_restored_when_ray_fails_to_start() -> None:
     before = _current()
-    with pytest.raises(RuntimeError), ray_env._lean_head({}):  # pyright: ignore[reportPrivateUsage]
+    with (
+        pytest.raises(RuntimeError),
+        ray_private.lean_head(skip_api_server=True, worker_script="/x/entry.py"),
+    ):
         raise RuntimeError("ray.init failed")
-    assert _current() == before
+    assert _current() == before and ray_private.DEFAULT_WORKER_ENV not in os.environ
 
 
 def test_a_method_ray_no_longer_has_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(Node, "start_monitor")
-    with ray_env._lean_head({}):  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.setattr(ray_private, "_checked", {})
+    with ray_private.lean_head(skip_api_server=True, worker_script=None):
         assert not hasattr(Node, "start_monitor")
-        assert Node.start_api_server is ray_env._skip_process  # pyright: ignore[reportPrivateUsage]
+        assert Node.start_api_server is skip
     assert not hasattr(Node, "start_monitor")

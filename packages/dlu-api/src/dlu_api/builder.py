@@ -6,6 +6,7 @@ builder and a YAML file can never disagree on defaults or validation.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Generic, Self, TypeVar
 
 from dlu_api.spec.io import spec_from_dict
@@ -13,6 +14,8 @@ from dlu_api.spec.models import JobSpec, RecoveryPolicy, RoleKind
 from dlu_api.spec.units import parse_memory
 
 B = TypeVar("B", bound="DLJobBuilder")
+
+logger = logging.getLogger(__name__)
 
 
 class RoleBuilder(Generic[B]):
@@ -313,6 +316,11 @@ def from_torchrun_cmd(
     from dlu_api.spec.torchrun import parse_torchrun
 
     cmd = parse_torchrun(command)
+    if cmd.ignored_flags:
+        flags = ", ".join(f"--{flag}" for flag in cmd.ignored_flags)
+        logger.warning(
+            "torchrun flags DLU handles itself (its own rendezvous, logs, monitoring), ignored: %s", flags
+        )
     dtype = device_type.upper()
     builder = DLJobBuilder(name).device_type(dtype)
     nproc = cmd.nproc_per_node

@@ -2,7 +2,8 @@
 
 Run as a file, so its own folder (the dlu_prime package) leads sys.path: drop it before any
 import, or this package's modules would shadow top-level names. An interpreter without DLU
-(a runtime env with its own Python) runs Ray's own worker script instead.
+(a runtime env with its own Python) runs Ray's own worker script instead, whose path the head
+put in the environment (dlu_prime.ray_private.lean_head: the one place that knows Ray's layout).
 """
 
 import os
@@ -14,11 +15,8 @@ if __name__ == "__main__":
     try:
         from dlu_prime.ray_workers import main
     except ImportError:
-        import importlib.util
-
-        ray_spec = importlib.util.find_spec("ray")
-        if ray_spec is None or ray_spec.origin is None:
-            raise SystemExit(f"dlu: no Ray in {sys.executable} to run a Ray worker with") from None
-        script = os.path.join(os.path.dirname(ray_spec.origin), "_private", "workers", "default_worker.py")
+        script = os.environ.get("DLU_RAY_DEFAULT_WORKER")  # dlu_prime.ray_private.DEFAULT_WORKER_ENV
+        if not script:
+            raise SystemExit(f"dlu: no Ray worker script known to {sys.executable}") from None
         os.execv(sys.executable, [sys.executable, script, *sys.argv[1:]])
     main(sys.argv[1:])

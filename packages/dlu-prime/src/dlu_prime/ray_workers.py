@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import os
 import runpy
 import signal
@@ -31,13 +30,13 @@ import socket
 import sys
 from pathlib import Path
 
-from dlu_prime import zygote
+from dlu_prime import ray_private, zygote
 from dlu_prime.actor_paths import ACTOR_MODULES
 
 ENABLE_ENV = "DLU_RAY_WORKER_ZYGOTE"
 ENTRY_SCRIPT = str(Path(__file__).with_name("ray_worker_entry.py"))
 ENTRY_ENV = "DLU_RAY_WORKER_ENTRY"  # in a forked worker: the pid of the process the raylet started
-PRELOAD: tuple[str, ...] = ("ray", "ray._private.workers.default_worker", *ACTOR_MODULES, __name__)
+PRELOAD: tuple[str, ...] = ("ray", ray_private.DEFAULT_WORKER_MODULE, *ACTOR_MODULES, __name__)
 
 
 def enabled() -> bool:
@@ -45,18 +44,19 @@ def enabled() -> bool:
 
 
 def ray_worker_script() -> str:
-    """Ray's own worker script, found without importing Ray."""
-    found = importlib.util.find_spec("ray")
-    if found is None or found.origin is None:
-        raise zygote.ZygoteError("Ray is not installed")
-    return str(Path(found.origin).parent / "_private" / "workers" / "default_worker.py")
+    """Ray's own worker script, found without importing Ray (the head that runs this entry put
+    it in the environment)."""
+    script = os.environ.get(ray_private.DEFAULT_WORKER_ENV) or ray_private.default_worker_script()
+    if script is None:
+        raise zygote.ZygoteError("Ray's worker script is not where DLU looks for it")
+    return script
 
 
 # The job a worker is started for. Ray's C++ core reads it once, when Ray is imported: the zygote
 # imports Ray with the nil job, as the workers a new Ray starts before any job have, and which
 # Ray itself hands to any job's actors.
-JOB_ENV = "RAY_JOB_ID"
-NIL_JOB = "ffffffff"
+JOB_ENV = ray_private.JOB_ENV
+NIL_JOB = ray_private.NIL_JOB
 IDLE_S = 30.0  # a Ray zygote serves one Ray session: it need not outlive it long
 
 

@@ -12,7 +12,9 @@ training processes get `TORCHELASTIC_USE_AGENT_STORE=True` so that every rank is
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
+import socket
 import time
 
 from dlu_prime.runtime import heartbeat
@@ -29,13 +31,36 @@ def serve() -> None:
     listens."""
     import torch.distributed as dist
 
+    host, port = os.environ[HOST_ENV], int(os.environ[PORT_ENV])
     _store = dist.TCPStore(  # pyright: ignore[reportPrivateImportUsage]
-        os.environ[HOST_ENV],
-        int(os.environ[PORT_ENV]),
+        host,
+        port,
         is_master=True,
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, "300"))),
+        master_listen_fd=_loopback_listener(host, port),
     )
     heartbeat(0)
     while True:  # the store serves from its own thread while this frame holds it
         time.sleep(3600)
+
+
+def _loopback_listener(host: str, port: int) -> int | None:
+    """For a loopback `host` (a local job), a socket listening there for the store to take: torch
+    itself listens on every interface (`::`), whatever host it is given, and a local job must not
+    be reachable from the network. None (torch's own socket) for any other host."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if not address.is_loopback:
+        return None
+    listener = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(128)
+    except OSError:
+        listener.close()
+        raise
+    return listener.detach()

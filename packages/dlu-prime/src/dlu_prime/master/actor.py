@@ -96,13 +96,13 @@ class PrimeMaster:
 
     # worker calls ----------------------------------------------------------------------------
     def publish(self, key: str, value: dict[str, str]) -> None:
-        self.manager.publish(key, value)
+        self.manager.registry.publish(key, value)
 
     def lookup(self, key: str) -> dict[str, str] | None:
-        return self.manager.lookup(key)
+        return self.manager.registry.lookup(key)
 
     def restart_actors(self, names: list[str], reason: str) -> None:
-        self.manager.restart_actors(names, reason)
+        self.manager.recovery.restart_actors(names, reason)
 
     def report_restarted(self, actor: str, node_id: str | None = None) -> None:
         """The seed's RESTARTED report from a reconstructed actor: judge it now (the monitoring
@@ -116,19 +116,19 @@ class PrimeMaster:
     def note_inplace_restart(
         self, role: str, message: str, agent: str | None = None, error: str = ""
     ) -> InPlaceDecision:
-        return self.manager.note_inplace_restart(role, message, agent, error)
+        return self.manager.recovery.note_inplace_restart(role, message, agent, error)
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(
         self, action: str, role: str, rank: int | None = None, step: int | None = None
     ) -> dict[str, Any]:
         """mark_unhealthy | get_step | set_step on a role's workers (or one rank)."""
-        names = self.manager.worker_names(role, rank)
+        names = self.manager.debug.worker_names(role, rank)
         if action == "get_step":
-            steps = self.manager.steps()
+            steps = self.manager.debug.steps()
             return {name: steps.get(name) for name in names}
         if action == "mark_unhealthy":
-            self.manager.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)")
+            self.manager.debug.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)")
             return {name: "marked unhealthy" for name in names}
         if action == "set_step":
             if step is None:
@@ -144,7 +144,7 @@ class PrimeMaster:
         from dlu_prime.runtime.data_channel import DataChannel
 
         channel = DataChannel.create(self.spec.name, name, capacity)
-        self.manager.register_channel(name, "channel", channel_name(self.spec.name, name))
+        self.manager.registry.register_channel(name, "channel", channel_name(self.spec.name, name))
         return channel
 
     def create_shard_queue(self, name: str, **options: Any) -> Any:
@@ -152,5 +152,5 @@ class PrimeMaster:
         from dlu_prime.runtime.sharding import ShardQueue
 
         queue = ShardQueue.create(self.spec.name, name, **options)
-        self.manager.register_channel(name, "shards", shard_queue_name(self.spec.name, name))
+        self.manager.registry.register_channel(name, "shards", shard_queue_name(self.spec.name, name))
         return queue

@@ -257,17 +257,24 @@ def _handle(
                 Recovery(Tier.SUB_MASTER, tuple(sub), culprit(cause), role, cause.actor, cause.node_id)
             )
         if workers:
-            if record.restart_count + 1 > role_spec.max_restart:
-                return (), (
-                    f"role {role} reached max_restart={role_spec.max_restart}; "
-                    f"culprit: {culprit(affected[workers[0]])}"
-                )
+            over = role_limit_reached(state, role)
+            if over is not None:
+                return (), f"{over}; culprit: {culprit(affected[workers[0]])}"
             ordered = sorted(workers, key=lambda n: state.actors[n].rank)
             cause = affected[workers[0]]
             recoveries.append(
                 Recovery(Tier.ROLE, tuple(ordered), culprit(cause), role, cause.actor, cause.node_id)
             )
     return tuple(recoveries), None
+
+
+def role_limit_reached(state: JobState, role: str) -> str | None:
+    """The one check of a role's restart budget (role failovers, and restarts a SubMaster asks
+    for): the limit it would exceed, or None."""
+    limit = state.spec.role(role).max_restart
+    if state.roles[role].restart_count + 1 > limit:
+        return f"role {role} reached max_restart={limit}"
+    return None
 
 
 def job_restart(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dlu_prime import ray_private
 from dlu_prime.naming import NAMESPACE, job_prefix, master_name
 
 logger = logging.getLogger(__name__)
@@ -32,11 +33,24 @@ def job_placement_groups(job: str) -> list[tuple[str, str]]:
     )
 
 
+def _placement_group(pg_id: str, name: str) -> Any | None:
+    """The live placement group `pg_id`: by its name (Ray's public lookup, in this driver's
+    namespace), else, for a group named in another namespace, by its id (guarded Ray internals)."""
+    from ray.util import get_placement_group
+
+    try:
+        found = get_placement_group(name) if name else None
+    except ValueError:  # no such name in this driver's namespace
+        found = None
+    if found is not None and found.id.hex() == pg_id:
+        return found
+    return ray_private.placement_group(pg_id)
+
+
 def remove_job_resources(job: str, *, include_master: bool) -> int:
     """Kill the job's actors and remove its placement groups; returns how many were removed."""
     import ray
-    from ray._raylet import PlacementGroupID  # pyright: ignore[reportPrivateImportUsage]
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    from ray.util import remove_placement_group
 
     removed = 0
     master = master_name(job)
@@ -50,7 +64,11 @@ def remove_job_resources(job: str, *, include_master: bool) -> int:
             pass  # already gone
     for pg_id, name in job_placement_groups(job):
         try:
-            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+            group = _placement_group(pg_id, name)
+            if group is None:
+                logger.warning("placement group %s of job %s is left to Ray: no way to reach it", name, job)
+                continue
+            remove_placement_group(group)
             removed += 1
         except Exception:
             logger.warning("could not remove placement group %s of job %s", name, job, exc_info=True)

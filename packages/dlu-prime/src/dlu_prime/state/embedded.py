@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from dlu_prime import ray_private
 from dlu_prime.state.base import (
     StateConflictError,
     StateStore,
@@ -177,8 +178,8 @@ def _parse_key(key: bytes) -> tuple[str, int] | None:
 
 
 class _GcsKv:
-    """The only code that calls Ray's private internal_kv API; it turns Ray's errors into
-    StateStoreError subclasses, so a change in Ray is fixed here alone.
+    """The GCS key-value store (Ray's private internal_kv, through dlu_prime.ray_private); it
+    turns Ray's errors into StateStoreError subclasses.
 
     Ray is imported on first use, so importing the state package stays cheap.
     """
@@ -188,36 +189,20 @@ class _GcsKv:
         self._namespace = namespace
 
     def get(self, op: str, key: str) -> bytes | None:
-        from ray.experimental import internal_kv
-
-        return self._call(op, lambda: internal_kv._internal_kv_get(key, namespace=self._namespace))  # pyright: ignore[reportPrivateUsage]
+        return self._call(op, lambda: ray_private.kv_get(key, self._namespace))
 
     def put_if_absent(self, op: str, key: str, value: bytes) -> bool:
         """Create `key` unless it exists; True means it already existed (nothing written)."""
-        from ray.experimental import internal_kv
-
-        return self._call(
-            op,
-            lambda: internal_kv._internal_kv_put(key, value, overwrite=False, namespace=self._namespace),  # pyright: ignore[reportPrivateUsage]
-        )
+        return self._call(op, lambda: ray_private.kv_put_if_absent(key, value, self._namespace))
 
     def delete(self, op: str, key: str) -> None:
-        from ray.experimental import internal_kv
-
-        self._call(op, lambda: internal_kv._internal_kv_del(key, namespace=self._namespace))  # pyright: ignore[reportPrivateUsage]
+        self._call(op, lambda: ray_private.kv_delete(key, self._namespace))
 
     def delete_prefix(self, op: str, prefix: str) -> None:
-        from ray.experimental import internal_kv
-
-        self._call(
-            op,
-            lambda: internal_kv._internal_kv_del(prefix, del_by_prefix=True, namespace=self._namespace),  # pyright: ignore[reportPrivateUsage]
-        )
+        self._call(op, lambda: ray_private.kv_delete(prefix, self._namespace, by_prefix=True))
 
     def keys(self, op: str, prefix: str) -> list[bytes]:
-        from ray.experimental import internal_kv
-
-        return self._call(op, lambda: internal_kv._internal_kv_list(prefix, namespace=self._namespace))  # pyright: ignore[reportPrivateUsage]
+        return self._call(op, lambda: ray_private.kv_keys(prefix, self._namespace))
 
     def _call(self, op: str, fn: Callable[[], _T]) -> _T:
         import ray

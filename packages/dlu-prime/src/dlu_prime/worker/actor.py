@@ -56,14 +56,10 @@ def _ray_identity() -> tuple[str | None, list[str], bool]:
 
 
 def was_reconstructed() -> bool:
-    """Whether Ray restarted this actor (its property warns about an internal deprecation)."""
-    import warnings
+    """Whether Ray restarted this actor (read through dlu_prime.ray_private: see why there)."""
+    from dlu_prime import ray_private
 
-    import ray
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    return ray_private.actor_was_restarted()
 
 
 def _report_restarted(job: str, actor: str, node_id: str | None) -> None:

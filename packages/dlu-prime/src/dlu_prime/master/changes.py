@@ -1,0 +1,375 @@
+"""Every change to a job's state, as data, and the one function that applies it.
+
+The PrimeManager decides (pure policies), describes what follows as changes, and hands them to
+`PrimeManager.apply`, the only code that changes the state: it calls `apply_change` for each,
+saves once, then lets its hooks (events, metrics) see what changed. A change is applied to the
+state in memory, under the manager's lock; `apply_change` itself does no I/O, so what a change
+does is testable on a bare `JobState`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dlu_api.status import JobEvent, JobStage
+from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict, Recovery
+from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.state import (
+    ActorStage,
+    ChannelRecord,
+    FailoverRecord,
+    JobState,
+    Tier,
+    close_actors,
+)
+
+_NoteFn = Callable[["Note"], None]
+DEATHS = ("died", "restarted", "unavailable")  # failures after which the actor's process is gone
+
+
+@dataclass(frozen=True)
+class Note:
+    """Only an event on the timeline."""
+
+    kind: str
+    message: str
+    role: str | None = None
+    actor: str | None = None
+    node_id: str | None = None
+    tier: Tier | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class StageChanged:
+    """The job's stage (checked against the allowed moves by the caller)."""
+
+    stage: JobStage
+    reason: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class ActorsPlaced:
+    """Actors (re)created on these nodes; `stage` set when they passed their self check."""
+
+    nodes: Mapping[str, str | None]
+    stage: ActorStage | None = None
+    fresh: bool = False  # replacements: their pushed-error count starts again
+    note: Note | None = None
+
+
+@dataclass(frozen=True)
+class ActorsRestarting:
+    """A SubMaster asked for these actors to be replaced; `counted` unless its failover already was."""
+
+    names: Sequence[str]
+    reason: str
+    counted: bool
+
+
+@dataclass(frozen=True)
+class ActorsStaged:
+    names: Sequence[str]
+    stage: ActorStage
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One monitoring pass as judged by `assess`."""
+
+    assessment: Assessment
+
+
+@dataclass(frozen=True)
+class FailuresCounted:
+    """Per-node failure counts of a failover plan, and its notes (a node over its limit)."""
+
+    node_failures: Mapping[str, int]
+    notes: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class FailoverBegan:
+    """A recovery counted (unless it joins another fault's) and saved in flight before acting."""
+
+    recovery: Recovery
+    escalated: bool = False
+
+
+@dataclass(frozen=True)
+class FailoverEnded:
+    """The in-flight recovery is over, on every path; `error` when it failed."""
+
+    record: FailoverRecord
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SetupRetried:
+    """An actor Ray rebuilt during the checks is checked again: counted like a restart."""
+
+    recovery: Recovery
+
+
+@dataclass(frozen=True)
+class InPlaceJudged:
+    """A failed training process, judged by `judge_inplace`."""
+
+    role: str
+    agent: str | None
+    message: str
+    decision: InPlaceDecision
+
+
+@dataclass(frozen=True)
+class NodesRemoved:
+    nodes: Sequence[str]
+
+
+@dataclass(frozen=True)
+class NodesRelaunched:
+    nodes: Sequence[str]
+    replaced_by: Sequence[str]
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class MasterRestarted:
+    pass
+
+
+@dataclass(frozen=True)
+class ChannelRegistered:
+    name: str
+    kind: str
+    actor_name: str
+
+
+@dataclass(frozen=True)
+class EndpointPublished:
+    key: str
+    value: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ActorsClosed:
+    """The job ended: what still ran is recorded STOPPED."""
+
+
+Change = (
+    Note
+    | StageChanged
+    | ActorsPlaced
+    | ActorsRestarting
+    | ActorsStaged
+    | Observed
+    | FailuresCounted
+    | FailoverBegan
+    | FailoverEnded
+    | SetupRetried
+    | InPlaceJudged
+    | NodesRemoved
+    | NodesRelaunched
+    | MasterRestarted
+    | ChannelRegistered
+    | EndpointPublished
+    | ActorsClosed
+)
+
+
+def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
+    """Change `state` as `change` says; return the events recorded. No I/O."""
+    out: list[JobEvent] = []
+
+    def note(n: Note) -> None:
+        out.append(
+            state.record(
+                n.kind,
+                n.message,
+                role=n.role,
+                actor=n.actor,
+                node_id=n.node_id,
+                tier=n.tier,
+                duration_s=n.duration_s,
+                at=now,
+            )
+        )
+
+    match change:
+        case Note():
+            note(change)
+        case StageChanged(stage=stage, reason=reason, exit_code=code):
+            current = state.stage
+            state.stage = stage
+            if reason:
+                state.reason = reason
+            if code is not None:
+                state.exit_code = code
+            first = reason.splitlines()[0] if reason else ""
+            note(Note("stage", f"{current.value} -> {stage.value}" + (f": {first}" if first else "")))
+        case ActorsPlaced():
+            for name, node in change.nodes.items():
+                record = state.actors.get(name)
+                if record is None:
+                    continue
+                record.node_id = node
+                if change.stage is not None:
+                    record.stage = change.stage
+                if change.fresh:
+                    record.errors_seen = 0
+            if change.note is not None:
+                note(change.note)
+        case ActorsRestarting(names=names, reason=reason, counted=counted):
+            if counted:
+                for role in sorted({state.actors[n].role for n in names}):
+                    state.roles[role].restart_count += 1
+            for name in names:
+                if counted:
+                    state.actors[name].restart_count += 1
+                state.actors[name].stage = ActorStage.INIT
+            note(Note("actors_restarting", f"{', '.join(names)}: {reason}"))
+        case ActorsStaged(names=names, stage=stage, error=error):
+            for name in names:
+                record = state.actors.get(name)
+                if record is not None:
+                    record.stage = stage
+                    if error is not None:
+                        record.error = error
+        case Observed(assessment=result):
+            _observed(state, result, note)
+        case FailuresCounted(node_failures=counts, notes=notes):
+            state.node_failures = dict(counts) or state.node_failures
+            for text in notes:
+                note(Note("node_limit", text))
+        case FailoverBegan(recovery=recovery, escalated=escalated):
+            _began(state, recovery, escalated, now, note)
+        case FailoverEnded(record=record, error=error):
+            state.failover = None
+            what = f"{record.tier.value} failover"
+            if error is None:
+                took = now - record.started_at
+                done = f"{what} of {', '.join(record.actors)} done in {took:.2f}s"
+                note(Note("failover_done", done, role=record.role, tier=record.tier, duration_s=took))
+            else:
+                note(Note("failover_failed", f"{what} failed: {error}", role=record.role, tier=record.tier))
+        case SetupRetried(recovery=recovery):
+            count(state, recovery)
+            role, actor, tier = recovery.role, recovery.culprit, recovery.tier
+            note(
+                Note("failover_started", f"{tier.value} failover: {recovery.reason}", role, actor, tier=tier)
+            )
+            note(Note("failover_done", f"{actor} set up again", role, actor, tier=tier, duration_s=0.0))
+        case InPlaceJudged():
+            _inplace(state, change, note)
+        case NodesRemoved(nodes=nodes):
+            for node in nodes:
+                if node not in state.removed_nodes:
+                    state.removed_nodes.append(node)
+            note(
+                Note(
+                    "node_relaunch", f"relaunching node(s) {', '.join(n[:12] for n in nodes)}", tier=Tier.NODE
+                )
+            )
+        case NodesRelaunched(nodes=nodes, replaced_by=replaced, duration_s=took):
+            state.node_restart_count += len(nodes)
+            for node in nodes:
+                state.node_failures[node] = 0
+            limit = state.spec.limits.node_max_restart
+            by = ", ".join(n[:12] for n in replaced) or "none"
+            message = f"{len(nodes)} node(s) replaced by {by} ({state.node_restart_count}/{limit})"
+            note(Note("node_relaunched", message, tier=Tier.NODE, duration_s=took))
+        case MasterRestarted():
+            state.master_restart_count += 1
+            in_flight = f"; {state.failover.tier.value} failover in flight" if state.failover else ""
+            limit = state.spec.limits.master_max_restart
+            message = (
+                f"PrimeMaster reconstructed in stage {state.stage.value}{in_flight} "
+                f"({state.master_restart_count}/{limit})"
+            )
+            note(Note("master_restarted", message, tier=Tier.MASTER))
+        case ChannelRegistered(name=name, kind=kind, actor_name=actor_name):
+            if name not in state.channels:
+                state.channels[name] = ChannelRecord(name=name, kind=kind, actor_name=actor_name)
+                note(Note("channel_created", f"{kind} {name!r} created"))
+        case EndpointPublished(key=key, value=value):
+            if state.endpoints.get(key) != dict(value):
+                state.endpoints[key] = dict(value)
+                note(Note("endpoint", f"{key} published at {value.get('address', '?')}"))
+        case ActorsClosed():
+            close_actors(state)
+    return out
+
+
+def count(state: JobState, recovery: Recovery) -> None:
+    """Charge a recovery to its budget: the job's, the SubMaster's, or its role's and actors'."""
+    if recovery.tier is Tier.JOB:
+        state.job_restart_count += 1
+        state.global_restart_count += 1
+        for role in state.roles.values():
+            role.escalation_count = 0
+    elif recovery.tier is Tier.SUB_MASTER and recovery.role is not None:
+        state.roles[recovery.role].sub_master_restart_count += 1
+    elif recovery.role is not None:
+        role = state.roles[recovery.role]
+        role.restart_count += 1
+        role.escalation_count += 1
+        for name in recovery.actors:
+            state.actors[name].restart_count += 1
+
+
+def _observed(state: JobState, result: Assessment, note: _NoteFn) -> None:
+    for name, node in result.node_changes.items():
+        state.actors[name].node_id = node
+    for name, stage in result.stage_changes.items():
+        state.actors[name].stage = stage
+    for name, seen in result.errors_seen.items():
+        state.actors[name].errors_seen = seen
+    for failure in result.failures:
+        record = state.actors[failure.actor]
+        record.total_failures += 1
+        record.error = failure.message
+        if failure.kind in DEATHS:
+            record.stage = ActorStage.FAILED
+        lines = failure.message.strip()
+        last = lines.splitlines()[-1] if lines else failure.kind
+        note(Note(failure.kind, last, role=failure.role, actor=failure.actor, node_id=failure.node_id))
+    for role in result.finished_roles:
+        if not any(e.kind == "role_finished" and e.role == role for e in state.events):
+            note(Note("role_finished", "every actor finished", role=role))
+
+
+def _began(state: JobState, recovery: Recovery, escalated: bool, now: float, note: _NoteFn) -> None:
+    if not recovery.joined:
+        count(state, recovery)
+    state.failover = FailoverRecord(
+        tier=recovery.tier,
+        role=recovery.role,
+        actors=list(recovery.actors),
+        reason=recovery.reason,
+        started_at=now,
+        culprit=recovery.culprit,
+    )
+    for name in recovery.actors:
+        state.actors[name].stage = ActorStage.INIT
+    kind = "failover_escalated" if escalated else "failover_joined" if recovery.joined else "failover_started"
+    message = f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}"
+    note(Note(kind, message, recovery.role, recovery.culprit, recovery.node_id, recovery.tier))
+
+
+def _inplace(state: JobState, change: InPlaceJudged, note: _NoteFn) -> None:
+    role, agent, decision = change.role, change.agent, change.decision
+    record = state.actors.get(agent or "")
+    node = record.node_id if record is not None else None
+    if decision.verdict is InPlaceVerdict.RESTART:
+        counted = state.roles[role].inplace_restart_count + 1
+        state.roles[role].inplace_restart_count = counted
+        limit = state.spec.role(role).max_restart
+        message = f"restart {counted}/{limit}: {change.message}"
+        note(Note("inplace_restart", message, role, agent, node, Tier.IN_PLACE))
+    elif decision.verdict is InPlaceVerdict.JOIN:
+        note(Note("joined_recovery", decision.reason, role, agent, node))
+    else:
+        note(Note("restart_limit", decision.reason, role, agent, tier=Tier.IN_PLACE))

@@ -1,0 +1,28 @@
+"""What reacts to the PrimeManager's state changes: the log and the Ray metrics. Each hook sees
+every applied change with the events it recorded; a failing hook never breaks the job."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from dlu_api.status import JobEvent
+from dlu_prime.master.changes import Change, FailoverEnded, StageChanged
+
+if TYPE_CHECKING:
+    from dlu_prime.master.manager import PrimeManager
+
+logger = logging.getLogger("dlu_prime.master.manager")  # where stage changes were always logged
+
+
+def log_stage(manager: PrimeManager, change: Change, events: list[JobEvent]) -> None:
+    if isinstance(change, StageChanged):
+        for event in events:
+            logger.info("job %s: %s", manager.state.job, event.message)
+
+
+def failover_metrics(manager: PrimeManager, change: Change, events: list[JobEvent]) -> None:
+    if manager.metrics is not None and isinstance(change, FailoverEnded) and change.error is None:
+        for event in events:
+            if event.duration_s is not None:
+                manager.metrics.failover_done(change.record.tier.value, event.duration_s)

@@ -1,0 +1,295 @@
+"""Every private Ray symbol DLU touches, in one place, each checked before it is used.
+
+Ray (2.60) has no public way to do what these do: keep a local node on 127.0.0.1 (`ray.init`
+rewrites `_node_ip_address="127.0.0.1"` to the host's interface address, and every Ray server
+then listens on all interfaces), leave the autoscaler monitor and the API server out of a local
+head (`ray.init` takes neither `no_monitor` nor a way to skip the API server), give the raylet
+another worker script, remove a placement group by id, or read and write the GCS's key-value
+store. `SYMBOLS` names each symbol, the parameters DLU passes it, and what DLU does without it;
+`problem()` says what is wrong with one on the installed Ray (the unit tests call it for each),
+`get()` returns it, or None with one logged warning when Ray changed it. A changed symbol never
+breaks a run: DLU falls back to Ray's own behaviour (no lean head, no zygote, Ray's address
+resolution), except the embedded state store, which cannot work without the KV (it raises).
+
+Nothing here imports Ray (nor `inspect`) when this module is imported: the Ray-worker entry,
+a process started for every Ray worker, imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import ipaddress
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+logger = logging.getLogger(__name__)
+
+
+class Private(NamedTuple):
+    """One private Ray symbol: `module` (imported), then `attr` (dotted, may be empty)."""
+
+    module: str
+    attr: str
+    params: tuple[str, ...] = ()  # names DLU passes: each must be in its signature
+    kind: str = "callable"  # "callable", "property" or "module"
+    fallback: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.attr}" if self.attr else self.module
+
+
+_NODE = "ray._private.node"
+_KV = "ray.experimental.internal_kv"
+SYMBOLS: dict[str, Private] = {
+    "resolve_ip": Private(
+        "ray._private.services", "resolve_ip_for_localhost", ("host",),
+        fallback="Ray moves a local node off 127.0.0.1 onto the host's address",
+    ),
+    "node_init": Private(_NODE, "Node.__init__", ("ray_params",), fallback="Ray's own worker script (no zygote)"),
+    "worker_path": Private(
+        "ray._private.parameter", "RayParams.__init__", ("worker_path",),
+        fallback="Ray's own worker script (no zygote)",
+    ),
+    "default_worker": Private(
+        "ray._private.workers.default_worker", "", kind="module", fallback="Ray's own worker script (no zygote)"
+    ),
+    "start_monitor": Private(_NODE, "Node.start_monitor", fallback="Ray starts its autoscaler monitor"),
+    "start_api_server": Private(
+        _NODE, "Node.start_api_server", ("include_dashboard", "raise_on_failure"),
+        fallback="Ray starts its API server",
+    ),
+    "placement_group_id": Private(
+        "ray._raylet", "PlacementGroupID.from_hex", fallback="a placement group not found by name is left to Ray"
+    ),
+    "kv_get": Private(_KV, "_internal_kv_get", ("key", "namespace"), fallback="the embedded store fails"),
+    "kv_put": Private(_KV, "_internal_kv_put", ("key", "value", "overwrite", "namespace"), fallback="the embedded store fails"),
+    "kv_del": Private(_KV, "_internal_kv_del", ("key", "del_by_prefix", "namespace"), fallback="the embedded store fails"),
+    "kv_list": Private(_KV, "_internal_kv_list", ("prefix", "namespace"), fallback="the embedded store fails"),
+    "actor_restarted": Private(
+        "ray.runtime_context", "RuntimeContext.was_current_actor_reconstructed", kind="property",
+        fallback="an actor restarted by Ray is taken for a fresh one",
+    ),
+}  # fmt: skip
+
+# Conventions, not symbols (the unit tests check them): the module a Ray worker runs, the job id
+# Ray's core reads from the environment when Ray is imported, and the nil job id.
+DEFAULT_WORKER_MODULE = SYMBOLS["default_worker"].module
+JOB_ENV = "RAY_JOB_ID"
+NIL_JOB = "ffffffff"
+# Ray's worker script, for the worker entry where DLU cannot be imported (set while Ray starts).
+DEFAULT_WORKER_ENV = "DLU_RAY_DEFAULT_WORKER"
+
+
+class RayInternalsChanged(RuntimeError):
+    """A private Ray symbol DLU needs is gone or has another shape in the installed Ray."""
+
+
+def ray_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _resolve(symbol: Private) -> tuple[Any, Any, str]:
+    """(owner, value, last attribute name) of `symbol`; raises on anything missing."""
+    import inspect
+
+    owner: Any = None
+    if symbol.kind == "module":  # found, not imported: importing a worker's main module may act
+        found = importlib.util.find_spec(symbol.module)
+        if found is None:
+            raise ModuleNotFoundError(symbol.module)
+        return None, found, ""
+    value: Any = importlib.import_module(symbol.module)
+    last = ""
+    for part in symbol.attr.split(".") if symbol.attr else ():
+        owner, last = value, part
+        value = inspect.getattr_static(owner, part) if symbol.kind == "property" else getattr(owner, part)
+    return owner, value, last
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True  # a compiled function without a signature: callable is all that can be seen
+    kinds = {p.kind for p in parameters.values()}
+    return name in parameters or inspect.Parameter.VAR_KEYWORD in kinds
+
+
+def problem(key: str) -> str | None:
+    """What is wrong with symbol `key` on the installed Ray (None: it is there, as expected)."""
+    symbol = SYMBOLS[key]
+    try:
+        _, value, _ = _resolve(symbol)
+    except Exception as exc:  # an ImportError, an AttributeError, or anything Ray raises on import
+        return f"{symbol.name} is gone in Ray {ray_version()} ({type(exc).__name__}: {exc})"
+    if symbol.kind == "property" and not isinstance(value, property):
+        return f"{symbol.name} is no longer a property in Ray {ray_version()}"
+    if symbol.kind == "callable":
+        if not callable(value):
+            return f"{symbol.name} is no longer callable in Ray {ray_version()}"
+        missing = [p for p in symbol.params if not _accepts(value, p)]
+        if missing:
+            return f"{symbol.name} no longer takes {', '.join(missing)} in Ray {ray_version()}"
+    return None
+
+
+_checked: dict[str, str | None] = {}
+
+
+def available(key: str) -> bool:
+    """Whether symbol `key` can be used; the first time it cannot, one warning says so."""
+    if key not in _checked:
+        found = _checked[key] = problem(key)
+        if found is not None:
+            logger.warning("%s; DLU falls back: %s", found, SYMBOLS[key].fallback)
+    return _checked[key] is None
+
+
+def _get(key: str) -> Any:
+    """The symbol itself, looked up at each call (tests replace some), or RayInternalsChanged."""
+    if not available(key):
+        raise RayInternalsChanged(_checked[key] or key)
+    return _resolve(SYMBOLS[key])[1]
+
+
+@contextmanager
+def _patched(key: str, make: Callable[[Any], Any]) -> Iterator[bool]:
+    """Replace symbol `key` with `make(original)` while the block runs; yields whether it did."""
+    if not available(key):
+        yield False
+        return
+    owner, original, name = _resolve(SYMBOLS[key])
+    setattr(owner, name, make(original))
+    try:
+        yield True
+    finally:
+        setattr(owner, name, original)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextmanager
+def pin_loopback() -> Iterator[None]:
+    """While the block runs (a `ray.init`, a `Cluster` on loopback), a loopback address given to
+    Ray stays loopback, so the node listens on 127.0.0.1 only and a driver reaches it there.
+    Restored afterwards: nothing else in the process sees Ray changed."""
+
+    def keep_loopback(original: Callable[[str], str]) -> Callable[[str], str]:
+        return lambda host: host if _is_loopback(host) else original(host)
+
+    with _patched("resolve_ip", keep_loopback):
+        yield
+
+
+def _skip_process(*args: Any, **kwargs: Any) -> None:
+    del args, kwargs
+
+
+def default_worker_script() -> str | None:
+    """Ray's own worker script, found without importing Ray (None, with a warning, if moved)."""
+    found = importlib.util.find_spec("ray")
+    if found is not None and found.origin is not None:
+        script = Path(found.origin).parent.joinpath(*DEFAULT_WORKER_MODULE.split(".")[1:]).with_suffix(".py")
+        if script.is_file():
+            return str(script)
+    if DEFAULT_WORKER_ENV not in _checked:
+        _checked[DEFAULT_WORKER_ENV] = f"{DEFAULT_WORKER_MODULE} has no file in Ray {ray_version()}"
+        logger.warning("%s; Ray workers start without the zygote", _checked[DEFAULT_WORKER_ENV])
+    return None
+
+
+@contextmanager
+def lean_head(*, skip_api_server: bool, worker_script: str | None) -> Iterator[None]:
+    """While Ray starts a head in this process: no autoscaler monitor, no API server if
+    `skip_api_server`, and the raylet runs `worker_script` (if given) instead of Ray's worker
+    script, which is then in the environment under DEFAULT_WORKER_ENV. Each part that Ray no
+    longer supports is left out, alone; everything is restored afterwards."""
+    ray_script = default_worker_script() if worker_script else None
+    use_script = bool(ray_script) and available("worker_path") and available("default_worker")
+
+    def with_worker_script(original: Callable[..., None]) -> Callable[..., None]:
+        def init(self: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
+            if getattr(ray_params, "worker_path", "unset") is None:  # None: Ray's default script
+                ray_params.worker_path = worker_script
+            original(self, ray_params, *args, **kwargs)
+
+        return init
+
+    saved_env = os.environ.get(DEFAULT_WORKER_ENV)
+    with ExitStack() as stack:
+        stack.enter_context(_patched("start_monitor", lambda _: _skip_process))
+        if skip_api_server:
+            stack.enter_context(_patched("start_api_server", lambda _: _skip_process))
+        if use_script and ray_script and stack.enter_context(_patched("node_init", with_worker_script)):
+            os.environ[DEFAULT_WORKER_ENV] = ray_script
+        try:
+            yield
+        finally:
+            if saved_env is None:
+                os.environ.pop(DEFAULT_WORKER_ENV, None)
+            else:
+                os.environ[DEFAULT_WORKER_ENV] = saved_env
+
+
+def placement_group(pg_id_hex: str) -> Any | None:
+    """The placement group with this id (Ray has no public constructor from an id); None if
+    Ray changed how one is built."""
+    if not available("placement_group_id"):
+        return None
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(_get("placement_group_id")(pg_id_hex))
+
+
+def kv_get(key: str, namespace: str) -> bytes | None:
+    return _get("kv_get")(key, namespace=namespace)
+
+
+def kv_put_if_absent(key: str, value: bytes, namespace: str) -> bool:
+    """Create `key` unless it exists; True means it already existed (nothing written)."""
+    return bool(_get("kv_put")(key, value, overwrite=False, namespace=namespace))
+
+
+def kv_delete(key: str, namespace: str, *, by_prefix: bool = False) -> None:
+    _get("kv_del")(key, del_by_prefix=by_prefix, namespace=namespace)
+
+
+def kv_keys(prefix: str, namespace: str) -> list[bytes]:
+    return list(_get("kv_list")(prefix, namespace=namespace))
+
+
+def actor_was_restarted() -> bool:
+    """Whether Ray restarted the current actor. The property is public, but Ray reads its own
+    deprecated `RuntimeContext.actor_id` inside it ("Use get_actor_id() instead", advice for
+    Ray's code, not ours): that warning alone is silenced. Ray has no public restart count
+    (`ray.util.state` needs the API server a local head leaves out)."""
+    if not available("actor_restarted"):
+        return False
+    import ray
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"(?s).*Use get_actor_id\(\) instead", category=DeprecationWarning
+        )
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
