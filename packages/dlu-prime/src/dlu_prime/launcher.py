@@ -262,6 +262,24 @@ def debug_job(
     return result
 
 
+def scale_job(job: str, role: str, size: int) -> dict[str, Any]:
+    """Resize a simple role of the running job through its PrimeMaster (see PrimeMaster.scale).
+
+    Raises:
+        LookupError: the job has no running PrimeMaster.
+        ValueError: refused (unknown role, size out of bounds, not resizable, ...); nothing changed.
+    """
+    master = get_master(job)
+    if master is None:
+        raise LookupError(f"job {job!r} is not running (no PrimeMaster): only a running job can be scaled")
+    try:
+        result: dict[str, Any] = ray.get(master.scale.remote(role, size), timeout=180)
+    except RayTaskError as exc:
+        cause = exc.cause if exc.cause is not None else exc
+        raise ValueError(str(cause)) from None
+    return result
+
+
 def stop_job(job: str, reason: str = "stopped by user request") -> bool:
     """Ask the job's PrimeMaster to stop; with no PrimeMaster, remove what is left by name.
 
