@@ -15,7 +15,14 @@ import pytest
 
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import PrimeManager, new_state
-from dlu_prime.master.schema import MIGRATIONS, SCHEMA_VERSION, SchemaVersionError, migrate_1_to_2, migrate_2_to_3, upgrade
+from dlu_prime.master.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SchemaVersionError,
+    migrate_1_to_2,
+    migrate_2_to_3,
+    upgrade,
+)
 from dlu_prime.master.state import ActorStage, JobState, Tier
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
