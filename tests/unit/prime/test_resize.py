@@ -217,3 +217,23 @@ def test_a_surplus_actor_is_never_judged_while_it_is_stopped() -> None:
     manager.monitor_once()
     assert manager.state.stage is JobStage.RUNNING
     assert not any(e.kind == "died" for e in manager.state.events)
+
+
+def test_a_collocated_role_is_refused_naming_the_collocation() -> None:
+    from dlu_prime.master.lifecycle import new_state
+
+    spec = build_spec(
+        [role("trainer", 2), role("workers", 2, is_driver=False)],
+        collocations=[{"roles": ["trainer", "workers"]}],
+    )
+    state = new_state(spec)
+    state.stage = JobStage.RUNNING
+    with pytest.raises(ScaleError, match=r"collocated \(trainer, workers\).*out of `collocations`"):
+        plan_resize(state, "workers", 3)
+
+
+def test_a_max_total_below_total_is_a_spec_problem_naming_the_fix() -> None:
+    from dlu_api.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"max_total.*below total=2.*set max_total to 2 or more"):
+        build_spec([role("trainer", 1), role("workers", 2, is_driver=False, max_total=1)])

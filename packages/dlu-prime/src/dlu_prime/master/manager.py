@@ -28,7 +28,6 @@ from dlu_prime.master.changes import (
     ActorsPlaced,
     ActorsStaged,
     Change,
-    MasterRestarted,
     Note,
     Observed,
     StageChanged,
@@ -49,7 +48,6 @@ from dlu_prime.master.lifecycle import (
     resume_problem,
     resumed_state,
     start_targets,
-    unstarted,
 )
 from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.metrics import JobMetrics
@@ -179,28 +177,7 @@ class PrimeManager:
         if stored is None:
             return None
         manager = cls(JobState.loads(stored.data), scheduler, store, stored.token, clock, extension)
-        state = manager.state
-        manager.apply(MasterRestarted())
-        limit = spec.limits.master_max_restart
-        try:
-            if state.master_restart_count > limit and state.stage is not JobStage.STOPPED:
-                restarts = f"{state.master_restart_count} PrimeMaster restarts"
-                manager.finish(EXIT_FAILED, f"master_max_restart={limit} reached ({restarts})")
-            elif state.stage is JobStage.RUNNING:
-                manager.resizer.adopt()
-                waiting = unstarted(state)
-                if waiting:
-                    scheduler.start(waiting)
-            elif state.stage is not JobStage.STOPPED:
-                stage = state.stage.value
-                manager.finish(
-                    EXIT_FAILED, f"PrimeMaster restarted during {stage}, a short-lived stage; stopped safely"
-                )
-        except (FencedError, IllegalTransition):
-            raise
-        except Exception as exc:
-            logger.exception("job %s: self-recovery failed", spec.name)
-            manager.finish(EXIT_FAILED, f"PrimeMaster self-recovery failed: {type(exc).__name__}: {exc}")
+        manager.recovery.self_recover()
         return manager
 
     # the one apply -----------------------------------------------------------------------------

@@ -79,6 +79,13 @@ def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
             f"role {role!r} of job {job} is not resizable (resizable: false in its spec); "
             "set resizable: true and submit the job again to scale it"
         )
+    together = state.spec.collocation_of(role)
+    if together is not None:
+        mates = ", ".join(state.spec.collocations[together].roles)
+        raise ScaleError(
+            f"role {role!r} of job {job} is collocated ({mates}): collocated roles share bundles and "
+            "keep the size of their spec; take it out of `collocations` to scale it"
+        )
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ScaleError(f"size {size!r} for role {role!r} is not allowed: give a whole number >= 1")
     if spec.max_total is not None and size > spec.max_total:

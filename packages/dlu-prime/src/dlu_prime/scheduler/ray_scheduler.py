@@ -35,6 +35,7 @@ from dlu_prime.scheduler.placement import (
     scaled_actor,
     unplaced_message,
 )
+from dlu_prime.scheduler.worker_info import worker_info
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.submaster import SubMasterActor
 
@@ -134,40 +135,6 @@ class RayScheduler(Scheduler):
                 ) from None
 
     # actors ----------------------------------------------------------------------------------
-    def _info(self, plan: ActorPlan) -> WorkerInfo:
-        role = self.spec.role(plan.role)
-        env = {**self.spec.env, **role.env, **self._identity_env(plan)}
-        return WorkerInfo(
-            job=self.spec.name,
-            role=plan.role,
-            rank=plan.rank,
-            world_size=plan.world_size,
-            local_rank=plan.local_rank,
-            local_world_size=plan.local_world_size,
-            node_rank=plan.node_rank,
-            actor_name=plan.name,
-            entrypoint=role.entrypoint,
-            env=env,
-            config=dict(self.spec.config),
-            workdir=self.workdir,
-            role_sizes={r.name: r.total for r in self.spec.roles},
-            role_json=role.model_dump_json(),
-            health_json=self.spec.health.model_dump_json(),
-        )
-
-    def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
-        return {
-            "DLU_JOB": self.spec.name,
-            "DLU_ROLE": plan.role,
-            "DLU_ACTOR": plan.name,
-            "ROLE_RANK": str(plan.rank),
-            "ROLE_WORLD_SIZE": str(plan.world_size),
-            "LOCAL_RANK": str(plan.local_rank),
-            "LOCAL_WORLD_SIZE": str(plan.local_world_size),
-            "GROUP_RANK": str(plan.node_rank),
-            "NODE_RANK": str(plan.node_rank),
-        }
-
     def _create_actor(self, plan: ActorPlan) -> Any:
         role = self.spec.role(plan.role)
         env_vars = {NOSET_ENV_VAR: "1"} if ray_noset_visible_devices(role) else {}
@@ -187,7 +154,7 @@ class RayScheduler(Scheduler):
         }
         if env_vars:
             options["runtime_env"] = {"env_vars": env_vars}
-        return actor_class.options(**options).remote(self._info(plan))  # pyright: ignore[reportUnknownMemberType]
+        return actor_class.options(**options).remote(worker_info(self.spec, plan, self.workdir))  # pyright: ignore[reportUnknownMemberType]
 
     def _create_sub_master(self, role: RoleSpec, path: str) -> tuple[str, Any]:
         """A role's SubMaster: outside the placement groups, next to the PrimeMaster."""
