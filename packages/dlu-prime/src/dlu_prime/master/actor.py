@@ -91,7 +91,7 @@ class PrimeMaster:
     def stop(self, reason: str = "stopped by user request") -> None:
         self.manager.request_stop(reason)
 
-    def scale(self, role: str, size: int, wait_s: float = 120.0) -> dict[str, Any]:
+    def scale(self, role: str, size: int, wait_s: float = 45.0) -> dict[str, Any]:
         """`dlu scale`: saved in flight at once (refused with a ValueError naming the fix), then
         run by the manager's loop; waits up to `wait_s` for it to end."""
         plan = self.manager.resizer.request(role, size)

@@ -52,6 +52,8 @@ class ResizeRunner:
             if not plan.added and not plan.removed:
                 return plan
             m.apply(ResizeBegan(plan, cause))
+            # known at once, so a failover that replaces one of them before the resize runs can
+            m.scheduler.know(role, [rank for _, rank in plan.added], plan.new_size)
         m.wake()
         return plan
 
