@@ -190,7 +190,9 @@ class LocalJobClient(JobClient):
         else:
             status, owner = self.files.status(name)
             if owner is None:
-                raise JobNotFoundError(f"local job {name!r} is not running ({status.stage.value})")
+                raise JobNotFoundError(
+                    f"local job {name!r} is not running ({status.stage.value}): only a running job can be scaled"
+                )
             answer = self.files.ask(name, request)
         if "error" in answer:
             raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
