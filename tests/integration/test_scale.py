@@ -177,3 +177,25 @@ def test_prime_master_killed_during_a_resize_finishes_it_once(ray_session: Any) 
     assert {r: actor_pid(f"{job}.workers.{r}") for r in range(2)} == kept
     assert not events(status, "failover_started")
     stop_and_check_clean(job)
+
+
+def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_session: Any) -> None:
+    from dlu_prime import launcher
+
+    spec = scale_spec("scale-fail")
+    job = spec.name
+    launcher_spec[job] = spec
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 2))
+    assert launcher.scale_job(job, "workers", 3)["done"]
+    wait_until("3 running", lambda: running(job, "workers", 3))
+    added = f"{job}.workers.2"
+    before = actor_pid(added)
+    os.kill(before, signal.SIGKILL)
+    wait_until("recovered", lambda: bool(events(status_of(job), "failover_done")))
+    wait_until("3 running again", lambda: running(job, "workers", 3))
+    assert actor_pid(added) != before
+    actors, groups = leftovers(job)
+    assert sorted(a for a in actors if ".workers." in a) == [f"{job}.workers.{r}" for r in range(3)]
+    assert [g for g in groups if ".pg.workers." in g] == [f"{job}.pg.workers.2"]
+    stop_and_check_clean(job)
