@@ -69,16 +69,12 @@ def events(status: JobStatus | None, kind: str) -> list[str]:
     return [e.message for e in (status.events if status else []) if e.kind == kind]
 
 
-def stop_and_check_clean(job: str) -> None:
+def stop_and_check_clean(spec: JobSpec) -> None:
     from dlu_prime import launcher
 
-    launcher.stop_job(job)
-    final = launcher.wait_job(launcher_spec[job])
-    assert final.stage.value == "STOPPED"
-    wait_until("nothing left", lambda: leftovers(job) == ([], []), timeout_s=30)
-
-
-launcher_spec: dict[str, JobSpec] = {}
+    launcher.stop_job(spec.name)
+    assert launcher.wait_job(spec).stage.value == "STOPPED"
+    wait_until("nothing left", lambda: leftovers(spec.name) == ([], []), timeout_s=30)
 
 
 def test_scale_2_to_6_to_3_touches_only_what_it_adds_or_stops(ray_session: Any) -> None:
@@ -86,7 +82,6 @@ def test_scale_2_to_6_to_3_touches_only_what_it_adds_or_stops(ray_session: Any) 
 
     spec = scale_spec("scale-up-down")
     job = spec.name
-    launcher_spec[job] = spec
     launcher.submit_job(spec, HERE)
     wait_until("running", lambda: running(job, "workers", 2))
     names = [f"{job}.workers.{r}" for r in range(6)]
@@ -119,7 +114,7 @@ def test_scale_2_to_6_to_3_touches_only_what_it_adds_or_stops(ray_session: Any) 
     done = events(status, "resize_done")
     assert [m.split(" done")[0] for m in done] == ["resize 2 -> 6 (dlu scale)", "resize 6 -> 3 (dlu scale)"]
     assert not events(status, "failover_started") and not events(status, "died")
-    stop_and_check_clean(job)
+    stop_and_check_clean(spec)
 
 
 def test_bad_requests_are_refused_naming_the_fix_and_the_job_is_untouched(ray_session: Any) -> None:
@@ -127,7 +122,6 @@ def test_bad_requests_are_refused_naming_the_fix_and_the_job_is_untouched(ray_se
 
     spec = scale_spec("scale-bad")
     job = spec.name
-    launcher_spec[job] = spec
     launcher.submit_job(spec, HERE)
     wait_until("running", lambda: running(job, "workers", 2))
     pids = {r: actor_pid(f"{job}.workers.{r}") for r in range(2)}
@@ -142,7 +136,7 @@ def test_bad_requests_are_refused_naming_the_fix_and_the_job_is_untouched(ray_se
     status = status_of(job)
     assert status is not None and not events(status, "resize_started")
     assert {r: actor_pid(f"{job}.workers.{r}") for r in range(2)} == pids
-    stop_and_check_clean(job)
+    stop_and_check_clean(spec)
 
 
 def test_prime_master_killed_during_a_resize_finishes_it_once(ray_session: Any) -> None:
@@ -151,7 +145,6 @@ def test_prime_master_killed_during_a_resize_finishes_it_once(ray_session: Any) 
 
     spec = scale_spec("scale-kill", SCALE_SLOW_FROM="2", SCALE_SLOW_S="4")
     job = spec.name
-    launcher_spec[job] = spec
     launcher.submit_job(spec, HERE)
     wait_until("running", lambda: running(job, "workers", 2))
     import ray
@@ -176,7 +169,7 @@ def test_prime_master_killed_during_a_resize_finishes_it_once(ray_session: Any) 
     assert [g for g in groups if ".pg.workers." in g] == [f"{job}.pg.workers.{r}" for r in (2, 3)]
     assert {r: actor_pid(f"{job}.workers.{r}") for r in range(2)} == kept
     assert not events(status, "failover_started")
-    stop_and_check_clean(job)
+    stop_and_check_clean(spec)
 
 
 def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_session: Any) -> None:
@@ -184,7 +177,6 @@ def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_ses
 
     spec = scale_spec("scale-fail")
     job = spec.name
-    launcher_spec[job] = spec
     launcher.submit_job(spec, HERE)
     wait_until("running", lambda: running(job, "workers", 2))
     assert launcher.scale_job(job, "workers", 3)["done"]
@@ -198,4 +190,4 @@ def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_ses
     actors, groups = leftovers(job)
     assert sorted(a for a in actors if ".workers." in a) == [f"{job}.workers.{r}" for r in range(3)]
     assert [g for g in groups if ".pg.workers." in g] == [f"{job}.pg.workers.2"]
-    stop_and_check_clean(job)
+    stop_and_check_clean(spec)
