@@ -15,7 +15,7 @@ import dlu_api.cli
 from dlu_api.cli import app
 from dlu_api.cli.render import ProgressPrinter
 from dlu_api.client import JobClient, StatusCallback
-from dlu_api.errors import JobNotFoundError
+from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import DeviceType, JobSpec, RoleKind
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, JobSummary, RoleStatus
@@ -105,6 +105,20 @@ class FakeClient(JobClient):
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         self.calls.append(("logs", (name, follow)))
         yield from ["first line", "second line"]
+
+    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        self.calls.append(("scale", (name, role, size)))
+        if role == "nope":
+            raise DLUError(f"dlu scale {name} {role} {size}: job {name} has no role 'nope'")
+        message = f"resize 2 -> {size} (dlu scale) done in 1.00s"
+        return {
+            "role": role,
+            "old_size": 2,
+            "new_size": size,
+            "done": True,
+            "failed": False,
+            "message": message,
+        }
 
     def list_jobs(self) -> list[JobSummary]:
         self.calls.append(("list", None))
@@ -534,3 +548,23 @@ def test_status_shows_recovery_durations(fake: FakeClient) -> None:
     assert result.exit_code == 0, result.output
     assert "recoveries:" in result.output
     assert "recovered in 2.50 s: worker died -> actors_restarted" in result.output
+
+
+def test_scale_prints_the_resize_and_refusals_name_the_fix(fake: FakeClient) -> None:
+    result = runner.invoke(app, ["scale", "demo", "workers", "6"])
+    assert result.exit_code == 0, result.output
+    assert "workers: resize 2 -> 6 (dlu scale) done" in result.output
+    assert fake.calls[-1] == ("scale", ("demo", "workers", 6))
+    refused = runner.invoke(app, ["scale", "demo", "nope", "3"])
+    assert refused.exit_code == 2 and "no role 'nope'" in refused.output
+    calls = len(fake.calls)
+    too_small = runner.invoke(app, ["scale", "demo", "workers", "0"])
+    assert too_small.exit_code == 2 and "size 0 is not allowed: give a whole number >= 1" in too_small.output
+    assert len(fake.calls) == calls  # refused before it reaches the job
+
+
+def test_status_shows_each_roles_size() -> None:
+    from dlu_api.cli.render import role_line
+
+    line = role_line(RoleStatus(name="workers", kind="simple", size=3, resize_count=2))
+    assert line == "  workers (simple): size 3, no actors, 2 resize(s)"

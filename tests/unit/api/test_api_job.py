@@ -64,6 +64,10 @@ class FakeClient(JobClient):
     def list_jobs(self) -> list[JobSummary]:
         return []
 
+    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        self.calls.append(("scale", (name, role, size)))
+        return {"role": role, "new_size": size, "done": True}
+
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClient, list[str | None]]:
@@ -173,4 +177,17 @@ def test_submit_returns_a_handle_bound_to_the_client(
         ("logs", ("demo", True)),
         ("stop", "demo"),
         ("wait", "demo"),
+    ]
+
+
+def test_scale_goes_to_the_jobs_client_by_name(fake: tuple[FakeClient, list[str | None]]) -> None:
+    client, addresses = fake
+    job = Job(JobSpec.model_validate(SPEC_DATA))
+    assert job.scale("worker", 3, address="http://head:8265")["new_size"] == 3
+    assert addresses == ["http://head:8265"]
+    handle = job.submit()
+    handle.scale("worker", 1)
+    assert [c for c in client.calls if c[0] == "scale"] == [
+        ("scale", ("demo", "worker", 3)),
+        ("scale", ("demo", "worker", 1)),
     ]

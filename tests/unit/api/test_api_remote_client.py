@@ -693,3 +693,31 @@ def test_debug_of_a_stopped_job_is_not_found(server: FakeRayJobServer, client: R
     with pytest.raises(JobNotFoundError, match="has stopped"):
         client.debug("demo", "get_step", "worker")
     assert server.probes == []
+
+
+def test_scale_runs_a_probe_next_to_the_prime_master(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    answer = {"role": "workers", "old_size": 2, "new_size": 6, "done": True, "failed": False, "message": "ok"}
+    server.probe_results["scale"] = ("SUCCEEDED", f"{wire.DEBUG} {json.dumps({'result': answer})}\n")
+    assert client.scale("demo", "workers", 6) == answer
+    (probe,) = server.probes
+    argv = shlex.split(probe["entrypoint"])
+    assert argv[:4] == ["python", "-m", "dlu_prime", "scale"] and argv[-3:] == ["demo", "workers", "6"]
+
+
+def test_scale_refused_on_the_cluster_keeps_the_message(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    refusal = {"error": "size 9 for role 'workers' is above its max_total=4: give at most 4"}
+    server.probe_results["scale"] = ("FAILED", f"{wire.DEBUG} {json.dumps(refusal)}\n")
+    with pytest.raises(DLUError, match="above its max_total=4: give at most 4"):
+        client.scale("demo", "workers", 9)
+
+
+def test_scale_of_a_stopped_job_is_refused(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    add_job(server, FakeJob(statuses=["SUCCEEDED"]))
+    with pytest.raises(JobNotFoundError, match="only a running job can be scaled"):
+        client.scale("demo", "workers", 3)

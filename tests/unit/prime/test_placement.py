@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -301,3 +302,30 @@ def test_lookups_of_unknown_roles() -> None:
         plan.group_of("nope")
     with pytest.raises(KeyError):
         plan.actor("trainer", 99)
+
+
+def test_a_rank_a_resize_adds_beyond_the_spec_gets_a_group_of_its_own() -> None:
+    from dlu_prime.scheduler.placement import scaled_actor
+
+    spec = rl_spec(placement_strategy="SPREAD")
+    group, actor = scaled_actor(spec, "evaluator", 3, world_size=4)
+    assert group is not None
+    assert (group.name, group.pg_name, group.strategy) == ("evaluator.3", "job.pg.evaluator.3", "SPREAD")
+    assert group.pg_name.startswith(naming.job_prefix("job"))  # removed by the job's cleanup
+    assert [b.resources for b in group.bundles] == [{"CPU": 0.5}]  # exactly one actor's request
+    assert (actor.name, actor.group, actor.bundle_index, actor.world_size) == (
+        "job.evaluator.3",
+        "evaluator.3",
+        0,
+        4,
+    )
+    assert (actor.local_rank, actor.local_world_size, actor.node_rank) == (0, 1, 3)
+
+
+def test_a_rank_of_the_spec_keeps_its_bundle_with_the_new_world_size() -> None:
+    from dlu_prime.scheduler.placement import scaled_actor
+
+    spec = rl_spec()
+    group, actor = scaled_actor(spec, "evaluator", 0, world_size=3)
+    assert group is None
+    assert actor == replace(plan_placement(spec).actor("evaluator", 0), world_size=3)

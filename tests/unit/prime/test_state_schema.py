@@ -15,7 +15,14 @@ import pytest
 
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import PrimeManager, new_state
-from dlu_prime.master.schema import MIGRATIONS, SCHEMA_VERSION, SchemaVersionError, migrate_1_to_2, upgrade
+from dlu_prime.master.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SchemaVersionError,
+    migrate_1_to_2,
+    migrate_2_to_3,
+    upgrade,
+)
 from dlu_prime.master.state import ActorStage, JobState, Tier
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
@@ -25,6 +32,7 @@ pytestmark = pytest.mark.timeout(30)
 FIXTURES = Path(__file__).parent / "state_fixtures"
 FIRST_WAVE = "job_state_v1.json"
 LATE_V1 = "job_state_v1_failover.json"
+V2 = "job_state_v2.json"
 TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
 
 
@@ -108,7 +116,7 @@ def test_late_v1_document_with_a_failover_in_flight_loads_field_by_field() -> No
     )
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2])
 def test_migration_writes_every_field_of_the_current_shape(name: str) -> None:
     """Explicit defaults, so the next migration can rely on every field being there."""
     original = _document(name)
@@ -144,7 +152,7 @@ def test_a_document_from_a_newer_dlu_prime_is_refused_naming_both_versions() -> 
     assert isinstance(info.value, ValueError)  # callers that catch ValueError keep working
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2])
 def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     store = MemoryStateStore()
     store.put("lm", (FIXTURES / name).read_bytes(), None)
@@ -164,7 +172,7 @@ def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     assert stored is not None and json.loads(stored.data)["schema_version"] == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2])
 def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     """Tier 6 after an upgrade: the RUNNING job carries on, an in-flight failover is finished."""
     store = MemoryStateStore()
@@ -185,6 +193,17 @@ def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     kinds = [e.kind for e in manager.state.events[len(old.events) :]]
     assert kinds == (["master_restarted", "failover_done"] if old.failover else ["master_restarted"])
     assert manager.state.run_id == old.run_id
+
+
+def test_a_v2_document_gets_no_resize_in_flight_and_zero_resize_counts() -> None:
+    document = _document(V2)
+    assert "resize" not in document and "resize_count" not in document["roles"]["trainer"]
+    state = _load(V2)
+    assert state.resize is None
+    assert {r.resize_count for r in state.roles.values()} == {0}
+    assert state.failover is not None and state.failover.culprit == _load(LATE_V1).failover.culprit  # pyright: ignore[reportOptionalMemberAccess]
+    assert state.events == _load(LATE_V1).events
+    assert migrate_2_to_3(document)["resize"] is None and document == _document(V2)
 
 
 def test_a_migration_never_shares_state_with_its_input() -> None:

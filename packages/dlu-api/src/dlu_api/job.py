@@ -29,6 +29,10 @@ class JobHandle:
     def stop(self) -> None:
         self.client.stop(self.name)
 
+    def scale(self, role: str, size: int) -> dict[str, object]:
+        """Set a simple role's actor count while the job runs (see `JobClient.scale`)."""
+        return self.client.scale(self.name, role, size)
+
     def logs(self, follow: bool = False) -> Iterator[str]:
         return self.client.logs(self.name, follow)
 
@@ -59,6 +63,10 @@ class Job:
         """
         client = connect(address, workdir)
         return JobHandle(client.submit(self.spec), client)
+
+    def scale(self, role: str, size: int, address: str | None = None) -> dict[str, object]:
+        """Set a simple role's actor count while this job runs, locally or at `address`."""
+        return connect(address).scale(self.spec.name, role, size)
 
     def run(self, address: str | None = None, on_update: StatusCallback | None = None) -> JobStatus:
         """Start the job and wait for it to stop; the status carries the exit code."""

@@ -40,6 +40,8 @@ class RoleStatus(BaseModel):
     kind: str
     restart_count: int = 0
     inplace_restart_count: int = 0
+    size: int = Field(default=0, description="Actors the role has now (after any `dlu scale`).")
+    resize_count: int = 0
     actors: list[ActorStatus] = Field(default_factory=list[ActorStatus])
 
 

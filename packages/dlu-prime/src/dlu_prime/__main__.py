@@ -57,7 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     debug.add_argument("role")
     debug.add_argument("--rank", type=int, default=None)
     debug.add_argument("--step", type=int, default=None)
-    for cmd in (launch, stop, status, debug):
+    scale = sub.add_parser("scale", help="set a simple role's actor count, through the PrimeMaster")
+    scale.add_argument("job")
+    scale.add_argument("role")
+    scale.add_argument("size", type=int)
+    for cmd in (launch, stop, status, debug, scale):
         cmd.add_argument("--address", default="auto", help="Ray address (default: auto)")
         cmd.add_argument(
             wire.API_VERSION_FLAG,
@@ -163,6 +167,18 @@ def _debug(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scale(args: argparse.Namespace) -> int:
+    from dlu_prime import launcher
+
+    try:
+        result = launcher.scale_job(args.job, args.role, args.size)
+    except (LookupError, ValueError) as exc:
+        _emit(wire.line(wire.DEBUG, {"error": str(exc)}))
+        return EXIT_NOT_FOUND
+    _emit(wire.line(wire.DEBUG, {"result": result}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _parser().parse_args(argv)
@@ -183,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             return _stop(args)
         if args.command == "debug":
             return _debug(args)
+        if args.command == "scale":
+            return _scale(args)
         return _status(args)
     except SpecError as exc:
         problems = [{"field": p.field, "message": p.message, "fix": p.fix} for p in exc.problems]

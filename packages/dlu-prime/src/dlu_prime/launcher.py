@@ -262,6 +262,29 @@ def debug_job(
     return result
 
 
+SCALE_WAIT_S = 45.0
+"""How long `dlu scale` waits for the resize to end (it goes on after; `dlu status` shows it):
+below the 60 s a local job's owner process and a remote probe are given to answer."""
+
+
+def scale_job(job: str, role: str, size: int, wait_s: float = SCALE_WAIT_S) -> dict[str, Any]:
+    """Resize a simple role of the running job through its PrimeMaster (see PrimeMaster.scale).
+
+    Raises:
+        LookupError: the job has no running PrimeMaster.
+        ValueError: refused (unknown role, size out of bounds, not resizable, ...); nothing changed.
+    """
+    master = get_master(job)
+    if master is None:
+        raise LookupError(f"job {job!r} is not running (no PrimeMaster): only a running job can be scaled")
+    try:
+        result: dict[str, Any] = ray.get(master.scale.remote(role, size, wait_s), timeout=wait_s + 30)
+    except RayTaskError as exc:
+        cause = exc.cause if exc.cause is not None else exc
+        raise ValueError(str(cause)) from None
+    return result
+
+
 def stop_job(job: str, reason: str = "stopped by user request") -> bool:
     """Ask the job's PrimeMaster to stop; with no PrimeMaster, remove what is left by name.
 

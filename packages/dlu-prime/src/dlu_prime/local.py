@@ -183,6 +183,21 @@ class LocalJobClient(JobClient):
             raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
         return dict(answer["result"])
 
+    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        request = {"action": "scale", "role": role, "rank": size, "step": None}
+        if name in self._specs:
+            answer = _answer_debug(name)(request)
+        else:
+            status, owner = self.files.status(name)
+            if owner is None:
+                raise JobNotFoundError(
+                    f"local job {name!r} is not running ({status.stage.value}): only a running job can be scaled"
+                )
+            answer = self.files.ask(name, request)
+        if "error" in answer:
+            raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
+        return dict(answer["result"])
+
     def list_jobs(self) -> list[JobSummary]:
         out: list[JobSummary] = []
         for name in self.files.names():
@@ -208,9 +223,16 @@ class LocalJobClient(JobClient):
 def _answer_debug(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         try:
-            result = launcher.debug_job(
-                name, str(request["action"]), str(request["role"]), request.get("rank"), request.get("step")
-            )
+            if request["action"] == "scale":  # the size travels as the rank
+                result = launcher.scale_job(name, str(request["role"]), int(request["rank"]))
+            else:
+                result = launcher.debug_job(
+                    name,
+                    str(request["action"]),
+                    str(request["role"]),
+                    request.get("rank"),
+                    request.get("step"),
+                )
         except (LookupError, ValueError) as exc:
             return {"error": str(exc)}
         return {"result": result}

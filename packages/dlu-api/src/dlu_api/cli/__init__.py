@@ -254,6 +254,28 @@ def debug(
         typer.echo(f"{actor}\t{value}")
 
 
+@app.command()
+def scale(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    role: Annotated[str, typer.Argument(help="A simple role of the job.")],
+    size: Annotated[int, typer.Argument(help="Its new actor count (>= 1).")],
+    address: AddressOpt = None,
+) -> None:
+    """Resize a simple role of a running job: new actors start, surplus ones (highest ranks) stop."""
+    if size < 1:
+        raise _fail(f"size {size} is not allowed: give a whole number >= 1")
+    try:
+        result = connect(address).scale(job, role, size)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    if result.get("failed"):
+        raise _fail(str(result.get("message")), code=1)
+    if not result.get("done"):
+        typer.echo(f"{role}: resize {result['old_size']} -> {result['new_size']} saved and still running")
+        return
+    typer.echo(f"{role}: {result.get('message') or 'resized'}")
+
+
 @app.command(name="list")
 def list_jobs(address: AddressOpt = None) -> None:
     """Jobs known locally or on the cluster."""

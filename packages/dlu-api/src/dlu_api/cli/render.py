@@ -19,7 +19,9 @@ def role_line(role: RoleStatus, with_step: bool = False) -> str:
         restarts += f", {role.inplace_restart_count} in-place restart(s)"
     steps = [a.step for a in role.actors if a.step is not None]
     step = f", step {max(steps)}" if with_step and steps else ""
-    return f"  {role.name} ({role.kind}): {stage_text}{restarts}{step}"
+    size = f"size {role.size}, " if role.size else ""
+    resized = f", {role.resize_count} resize(s)" if role.resize_count else ""
+    return f"  {role.name} ({role.kind}): {size}{stage_text}{restarts}{resized}{step}"
 
 
 def event_line(event: JobEvent, t0: float | None = None) -> str:

@@ -109,6 +109,16 @@ class JobClient(ABC):
         """
         raise ClusterError(f"{type(self).__name__} does not support `dlu debug` yet")
 
+    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        """Set a simple role's actor count (`dlu scale`); waits for the resize to end. The answer
+        has old_size, new_size, done, failed and the resize event's message.
+
+        Raises:
+            JobNotFoundError: no such running job.
+            DLUError: refused (the message names the value and the fix); the job is untouched.
+        """
+        raise ClusterError(f"{type(self).__name__} does not support `dlu scale` yet")
+
     def close(self) -> None:
         """Release what the client holds (an embedded Ray, connections). Safe to call twice."""
         return None

@@ -345,6 +345,23 @@ class RemoteJobClient(JobClient):
             raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
         return dict(answer["result"])
 
+    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        """Through a probe job running `python -m dlu_prime scale` next to the PrimeMaster."""
+        sid = self._sid(name)
+        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
+            raise JobNotFoundError(
+                f"job {name!r} on {self.address} has stopped: only a running job can be scaled"
+            )
+        _, log_text = self._probe(name, "scale", role, str(size))
+        answer = wire.debug_answer(log_text)
+        if answer is None:
+            raise ClusterError(
+                f"the scale probe for {name!r} on {self.address} gave no answer:\n{log_text[-2000:]}"
+            )
+        if "error" in answer:
+            raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
+        return dict(answer["result"])
+
     # status ------------------------------------------------------------------------------------
     def status(self, name: str) -> JobStatus:
         return self._status(name, live=True)

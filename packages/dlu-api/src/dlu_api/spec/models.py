@@ -173,6 +173,12 @@ class RoleSpec(_Model):
         default=3, description="Failures on one node before that node is relaunched."
     )
     is_driver: bool = Field(default=True, description="The job ends when every driver role has finished.")
+    resizable: bool = Field(
+        default=True, description="`dlu scale` may change the actor count of this (simple) role."
+    )
+    max_total: int | None = Field(
+        default=None, ge=1, description="The largest actor count `dlu scale` may set; unset: no bound."
+    )
     rank_based_gpu_selection: bool = False
     recovery: RecoveryPolicy | None = Field(
         default=None,

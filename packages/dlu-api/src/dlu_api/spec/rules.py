@@ -53,6 +53,12 @@ def positive_counts(spec: JobSpec) -> Iterator[Problem]:
                 yield Problem(
                     _at(role, field), f"must be >= {low}, got {value}.", f"set {field} to {low} or more."
                 )
+        if role.max_total is not None and role.max_total < role.total:
+            yield Problem(
+                _at(role, "max_total"),
+                f"the largest size `dlu scale` may set ({role.max_total}) is below total={role.total}.",
+                f"set max_total to {role.total} or more, or leave it unset (no bound).",
+            )
         if role.total >= 1 and role.per_group >= 1 and role.total % role.per_group:
             yield Problem(
                 _at(role, "total"),

@@ -91,6 +91,31 @@ class PrimeMaster:
     def stop(self, reason: str = "stopped by user request") -> None:
         self.manager.request_stop(reason)
 
+    def scale(self, role: str, size: int, wait_s: float = 45.0) -> dict[str, Any]:
+        """`dlu scale`: saved in flight at once (refused with a ValueError naming the fix), then
+        run by the manager's loop; waits up to `wait_s` for it to end."""
+        plan = self.manager.resizer.request(role, size)
+        if plan.old_size == plan.new_size:
+            return {
+                "role": role,
+                "old_size": size,
+                "new_size": size,
+                "done": True,
+                "failed": False,
+                "message": f"already {size} actor(s); nothing to do",
+            }
+        done = self.manager.resizer.wait(wait_s)
+        ended = [e for e in self.manager.state.events if e.role == role and e.kind.startswith("resize_")]
+        last = ended[-1] if ended else None
+        return {
+            "role": role,
+            "old_size": plan.old_size,
+            "new_size": plan.new_size,
+            "done": done,
+            "message": last.message if last else "",
+            "failed": bool(last and last.kind == "resize_failed"),
+        }
+
     def wait_stopped(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dlu_api.status import JobEvent, JobStage
 from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict, Recovery
 from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.resize import ResizeBegan, ResizeEnded, resize_began, resize_ended
 from dlu_prime.master.state import (
     ActorStage,
     ChannelRecord,
@@ -177,6 +178,8 @@ Change = (
     | ChannelRegistered
     | EndpointPublished
     | ActorsClosed
+    | ResizeBegan
+    | ResizeEnded
 )
 
 
@@ -300,6 +303,13 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
                 note(Note("endpoint", f"{key} published at {value.get('address', '?')}"))
         case ActorsClosed():
             close_actors(state)
+        case ResizeBegan():
+            for kind, message, took in resize_began(state, change, now):
+                note(Note(kind, message, role=change.plan.role, duration_s=took))
+        case ResizeEnded():
+            role = state.resize.role if state.resize is not None else None
+            for kind, message, took in resize_ended(state, change, now):
+                note(Note(kind, message, role=role, duration_s=took))
     return out
 
 

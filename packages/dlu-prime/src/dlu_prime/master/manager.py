@@ -28,7 +28,6 @@ from dlu_prime.master.changes import (
     ActorsPlaced,
     ActorsStaged,
     Change,
-    MasterRestarted,
     Note,
     Observed,
     StageChanged,
@@ -49,7 +48,6 @@ from dlu_prime.master.lifecycle import (
     resume_problem,
     resumed_state,
     start_targets,
-    unstarted,
 )
 from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.metrics import JobMetrics
@@ -57,6 +55,8 @@ from dlu_prime.master.monitor import Assessment, Failure, assess
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.recovery import SUB_MASTER_FAILOVER_TIMEOUT_S, FailoverRunner
 from dlu_prime.master.registry import Registry
+from dlu_prime.master.resize import resizing
+from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.setup_checks import SetupChecks
 from dlu_prime.master.state import ActorStage, JobState
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
@@ -101,6 +101,7 @@ class PrimeManager:
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
         self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
         self.recovery = FailoverRunner(self, sub_master_timeout_s)
+        self.resizer = ResizeRunner(self)  # `dlu scale`: requests saved here, run by `run`'s loop
         self.checks = SetupChecks(self)
         self.registry = Registry(self)
         self.debug = DebugTools(self)
@@ -176,27 +177,7 @@ class PrimeManager:
         if stored is None:
             return None
         manager = cls(JobState.loads(stored.data), scheduler, store, stored.token, clock, extension)
-        state = manager.state
-        manager.apply(MasterRestarted())
-        limit = spec.limits.master_max_restart
-        try:
-            if state.master_restart_count > limit and state.stage is not JobStage.STOPPED:
-                restarts = f"{state.master_restart_count} PrimeMaster restarts"
-                manager.finish(EXIT_FAILED, f"master_max_restart={limit} reached ({restarts})")
-            elif state.stage is JobStage.RUNNING:
-                waiting = unstarted(state)
-                if waiting:
-                    scheduler.start(waiting)
-            elif state.stage is not JobStage.STOPPED:
-                stage = state.stage.value
-                manager.finish(
-                    EXIT_FAILED, f"PrimeMaster restarted during {stage}, a short-lived stage; stopped safely"
-                )
-        except (FencedError, IllegalTransition):
-            raise
-        except Exception as exc:
-            logger.exception("job %s: self-recovery failed", spec.name)
-            manager.finish(EXIT_FAILED, f"PrimeMaster self-recovery failed: {type(exc).__name__}: {exc}")
+        manager.recovery.self_recover()
         return manager
 
     # the one apply -----------------------------------------------------------------------------
@@ -305,6 +286,7 @@ class PrimeManager:
                 self.recovery.resume()  # one a previous PrimeMaster saved but did not finish
             while self.state.stage is JobStage.RUNNING:
                 self.flush()
+                self.resizer.resume()  # a saved `dlu scale` (also one a previous PrimeMaster began)
                 self.monitor_once()
                 if self.state.stage is JobStage.RUNNING:
                     self._wake.wait(self.state.spec.health.monitor_interval_s)
@@ -370,7 +352,8 @@ class PrimeManager:
         if self._stop_request is not None:
             self.finish(EXIT_STOPPED, self._stop_request)
             return Assessment()
-        observations = self.scheduler.poll(list(self.state.actors))
+        busy = resizing(self.state)  # being created or stopped by a resize: not judged
+        observations = self.scheduler.poll([n for n in self.state.actors if n not in busy])
         now = self.clock()
         result = self.step(observations, now)
         if result.stage_changes or result.node_changes or result.failures or result.errors_seen:

@@ -21,6 +21,7 @@ from dlu_prime.master.changes import (
     FailoverEnded,
     FailuresCounted,
     InPlaceJudged,
+    MasterRestarted,
     NodesRelaunched,
     NodesRemoved,
     Note,
@@ -36,7 +37,14 @@ from dlu_prime.master.failover import (
     plan_failover,
     role_limit_reached,
 )
-from dlu_prime.master.lifecycle import EXIT_FAILED, FencedError, RestartLimitError, gone
+from dlu_prime.master.lifecycle import (
+    EXIT_FAILED,
+    FencedError,
+    IllegalTransition,
+    RestartLimitError,
+    gone,
+    unstarted,
+)
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, FailoverRecord, Tier
 from dlu_prime.scheduler.base import ActorObservation
@@ -114,6 +122,34 @@ class FailoverRunner:
             return False
         m.apply(NodesRelaunched(nodes, [n.node_id for n in replaced], m.clock() - started))
         return True
+
+    def self_recover(self) -> None:
+        """Tier 6, on a reconstructed PrimeMaster's loaded state: counted, then RUNNING carries on
+        (actors saved READY but never started are started; an in-flight failover or resize is
+        finished by the loop), past `master_max_restart` or in a short-lived stage it stops."""
+        m = self._manager
+        state = m.state
+        m.apply(MasterRestarted())
+        limit = state.spec.limits.master_max_restart
+        try:
+            if state.master_restart_count > limit and state.stage is not JobStage.STOPPED:
+                restarts = f"{state.master_restart_count} PrimeMaster restarts"
+                m.finish(EXIT_FAILED, f"master_max_restart={limit} reached ({restarts})")
+            elif state.stage is JobStage.RUNNING:
+                m.resizer.adopt()
+                waiting = unstarted(state)
+                if waiting:
+                    m.scheduler.start(waiting)
+            elif state.stage is not JobStage.STOPPED:
+                stage = state.stage.value
+                m.finish(
+                    EXIT_FAILED, f"PrimeMaster restarted during {stage}, a short-lived stage; stopped safely"
+                )
+        except (FencedError, IllegalTransition):
+            raise
+        except Exception as exc:
+            logger.exception("job %s: self-recovery failed", state.job)
+            m.finish(EXIT_FAILED, f"PrimeMaster self-recovery failed: {type(exc).__name__}: {exc}")
 
     def start(self, recovery: Recovery, escalated: bool = False) -> None:
         """Count and save the recovery in flight, then run it to its end."""

@@ -14,6 +14,8 @@ History:
   2: the failover ladder's document: `failover_in_progress` is gone (a saved `failover` record
      says what is in flight), every counter and field of the later shape is present, and
      STOPPED actors / LOST jobs may appear, which a reader of version 1 cannot parse.
+  3: resizable roles (`dlu scale`): an in-flight `resize` record on the job and a
+     `resize_count` per role.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -90,7 +92,17 @@ def migrate_1_to_2(document: Document) -> Document:
     return out
 
 
-MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2}
+def migrate_2_to_3(document: Document) -> Document:
+    """No resize was ever in flight before version 3: `resize` is None, every count 0."""
+    out = copy.deepcopy(document)
+    for role in _records(out, "roles"):
+        _fill(role, {"resize_count": 0})
+    _fill(out, {"resize": None})
+    out["schema_version"] = 3
+    return out
+
+
+MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2, 2: migrate_2_to_3}
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 
 

@@ -46,6 +46,11 @@ def close_actors(state: JobState) -> None:
             record.stage = ActorStage.STOPPED
 
 
+def role_size(state: JobState, role: str) -> int:
+    """The role's actor count now: its workers in the state (a SubMaster is not counted)."""
+    return sum(1 for a in state.actors.values() if a.role == role and a.rank != SUB_MASTER_RANK)
+
+
 class ActorRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -71,6 +76,7 @@ class RoleRecord(BaseModel):
         default=0,
         description="Role restarts since the last job-level restart; at escalate_after it goes global.",
     )
+    resize_count: int = Field(default=0, description="Resizes begun (`dlu scale`), counted when saved.")
 
 
 class Tier(StrEnum):
@@ -99,6 +105,26 @@ class FailoverRecord(BaseModel):
     reason: str
     started_at: float
     culprit: str | None = None
+
+
+class ResizeRecord(BaseModel):
+    """A resize of one role that was decided and saved but may not have finished.
+
+    Saved before any actor is created or stopped, so a PrimeMaster that dies half way finishes
+    it (creating what is missing, stopping what is left) without counting it twice. `nodes` is
+    the elastic resize's slot (node count), unused for simple roles, whose size is an actor count.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str
+    old_size: int
+    new_size: int
+    cause: str
+    started_at: float
+    added: list[str] = Field(default_factory=list[str])
+    removed: list[str] = Field(default_factory=list[str])
+    nodes: int | None = None
 
 
 class ChannelRecord(BaseModel):
@@ -133,6 +159,7 @@ class JobState(BaseModel):
     node_restart_count: int = 0
     node_failures: dict[str, int] = Field(default_factory=dict[str, int])
     failover: FailoverRecord | None = None
+    resize: ResizeRecord | None = None
     channels: dict[str, ChannelRecord] = Field(default_factory=dict[str, ChannelRecord])
     endpoints: dict[str, dict[str, str]] = Field(
         default_factory=dict[str, dict[str, str]],
@@ -196,6 +223,8 @@ class JobState(BaseModel):
                     kind=spec_role.kind.value,
                     restart_count=record.restart_count if record else 0,
                     inplace_restart_count=record.inplace_restart_count if record else 0,
+                    size=role_size(self, spec_role.name),
+                    resize_count=record.resize_count if record else 0,
                     actors=sorted(actors, key=lambda a: a.rank),
                 )
             )

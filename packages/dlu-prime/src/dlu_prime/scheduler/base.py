@@ -126,6 +126,25 @@ class Scheduler(ABC):
         """Which of these nodes the cluster has marked dead (a scheduler that cannot tell: none)."""
         return set()
 
+    def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
+        """Create (or adopt, by name) these new actors of a resized simple role and run their
+        self checks; return actor -> node id. Idempotent, so a restarted PrimeMaster can redo it.
+
+        Raises:
+            SchedulingError: the cluster cannot hold them (or this scheduler cannot resize).
+            ActorSetupError: a new actor failed its self check.
+        """
+        raise SchedulingError(f"{type(self).__name__} cannot resize roles")
+
+    def remove_actors(self, names: Sequence[str]) -> None:
+        """Stop and remove these actors and the placement groups only they used. Idempotent."""
+        raise SchedulingError(f"{type(self).__name__} cannot resize roles")
+
+    def know(self, role: str, ranks: Sequence[int], world_size: int) -> None:
+        """Actors a resize added earlier (found in the state by a restarted PrimeMaster), so a
+        later restart recreates them where they belong. A scheduler that cannot resize: nothing."""
+        return None
+
     @abstractmethod
     def stop(self, names: Sequence[str]) -> None:
         """Ask actors to stop, best effort."""

@@ -47,6 +47,18 @@ def _placement_group(pg_id: str, name: str) -> Any | None:
     return ray_private.placement_group(pg_id)
 
 
+def remove_group(pg_name: str) -> bool:
+    """Remove one placement group by its name (a resize's surplus actor's); False: none found."""
+    from ray.util import get_placement_group, remove_placement_group
+
+    try:
+        remove_placement_group(get_placement_group(pg_name))
+    except ValueError:
+        return False
+    logger.info("removed placement group %s", pg_name)
+    return True
+
+
 def remove_job_resources(job: str, *, include_master: bool) -> int:
     """Kill the job's actors and remove its placement groups; returns how many were removed."""
     import ray

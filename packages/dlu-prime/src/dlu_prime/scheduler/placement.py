@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlu_api.spec.models import JobSpec, RoleSpec
@@ -213,6 +213,44 @@ def plan_placement(spec: JobSpec) -> PlacementPlan:
             actors[role.name] = list(_actors(spec, role, name))
     ordered = tuple(actor for role in spec.roles for actor in actors[role.name])
     return PlacementPlan(groups=tuple(groups), actors=ordered)
+
+
+def scaled_actor(spec: JobSpec, role: str, rank: int, world_size: int) -> tuple[GroupPlan | None, ActorPlan]:
+    """Where actor `rank` of a resized simple role sits. A rank of the spec keeps its bundle in
+    the role's group (None: that group is the spec's); a rank beyond it gets a placement group of
+    its own, one bundle for one actor, named under the job's prefix (so cleanup by prefix removes
+    it, and a shrink removes exactly it)."""
+    role_spec = spec.role(role)
+    if rank < role_spec.total:
+        return None, replace(plan_placement(spec).actor(role, rank), world_size=world_size)
+    group = f"{role}{naming.SEP}{rank}"
+    options = actor_options(role_spec, spec)
+    wanted = {
+        "CPU": options["num_cpus"],
+        "GPU": options["num_gpus"],
+        "memory": float(options.get("memory", 0)),
+    }
+    bundle = {name: amount for name, amount in {**wanted, **options["resources"]}.items() if amount > 0}
+    plan = GroupPlan(
+        name=group,
+        pg_name=naming.placement_group_name(spec.name, group),
+        strategy=str(spec.placement_strategy),
+        roles=(role,),
+        bundles=(BundlePlan(index=0, resources=bundle or {"CPU": MIN_BUNDLE_CPU}),),
+    )
+    actor = ActorPlan(
+        name=naming.actor_name(spec.name, role, rank),
+        role=role,
+        rank=rank,
+        world_size=world_size,
+        local_rank=0,
+        local_world_size=1,
+        node_rank=rank,
+        group=group,
+        bundle_index=0,
+        options={**options, "resources": dict(options["resources"])},
+    )
+    return plan, actor
 
 
 def master_options(spec: JobSpec) -> dict[str, Any]:

@@ -19,19 +19,23 @@ from ray.util.placement_group import PlacementGroup, get_placement_group, placem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from dlu_api.spec.models import JobSpec, RoleSpec
+from dlu_prime import naming
 from dlu_prime.master.state import SUB_MASTER_RANK
 from dlu_prime.naming import NAMESPACE, sub_master_name
 from dlu_prime.roles import sub_master_path, worker_actor_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
-from dlu_prime.scheduler.cleanup import remove_job_resources
+from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
 from dlu_prime.scheduler.placement import (
     ISOLATION_AMOUNT,
     ActorPlan,
+    GroupPlan,
     PlacementPlan,
     plan_placement,
+    scaled_actor,
     unplaced_message,
 )
+from dlu_prime.scheduler.worker_info import worker_info
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.submaster import SubMasterActor
 
@@ -89,6 +93,7 @@ class RayScheduler(Scheduler):
         self._handles: dict[str, Any] = {}
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
         self._gpu_ids: dict[str, list[str]] = {}
+        self._extra_groups: dict[str, GroupPlan] = {}  # groups of actors a resize added
         self._sub_master_roles = {
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
@@ -97,7 +102,7 @@ class RayScheduler(Scheduler):
     def _placement_group(self, group_name: str) -> PlacementGroup:
         if group_name in self._groups:
             return self._groups[group_name]
-        group = next(g for g in self.plan.groups if g.name == group_name)
+        group = self._group_plan(group_name)
         try:
             pg = get_placement_group(group.pg_name)
             logger.info("adopted placement group %s", group.pg_name)
@@ -111,54 +116,25 @@ class RayScheduler(Scheduler):
         self._groups[group_name] = pg
         return pg
 
-    def _wait_placement(self) -> None:
-        pending = {g.name: self._placement_group(g.name) for g in self.plan.groups}
+    def _group_plan(self, name: str) -> GroupPlan:
+        found = self._extra_groups.get(name)
+        return found or next(g for g in self.plan.groups if g.name == name)
+
+    def _wait_placement(self, groups: Sequence[GroupPlan] | None = None) -> None:
+        wanted = self.plan.groups if groups is None else groups
+        pending = {g.name: self._placement_group(g.name) for g in wanted}
         ready_refs = {name: pg.ready() for name, pg in pending.items()}
         deadline = time.monotonic() + self._placement_timeout
         for name, ref in ready_refs.items():
             try:
                 ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except GetTimeoutError:
-                group = next(g for g in self.plan.groups if g.name == name)
+                group = self._group_plan(name)
                 raise SchedulingError(
                     unplaced_message(group, self._placement_timeout, ray.available_resources())
                 ) from None
 
     # actors ----------------------------------------------------------------------------------
-    def _info(self, plan: ActorPlan) -> WorkerInfo:
-        role = self.spec.role(plan.role)
-        env = {**self.spec.env, **role.env, **self._identity_env(plan)}
-        return WorkerInfo(
-            job=self.spec.name,
-            role=plan.role,
-            rank=plan.rank,
-            world_size=plan.world_size,
-            local_rank=plan.local_rank,
-            local_world_size=plan.local_world_size,
-            node_rank=plan.node_rank,
-            actor_name=plan.name,
-            entrypoint=role.entrypoint,
-            env=env,
-            config=dict(self.spec.config),
-            workdir=self.workdir,
-            role_sizes={r.name: r.total for r in self.spec.roles},
-            role_json=role.model_dump_json(),
-            health_json=self.spec.health.model_dump_json(),
-        )
-
-    def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
-        return {
-            "DLU_JOB": self.spec.name,
-            "DLU_ROLE": plan.role,
-            "DLU_ACTOR": plan.name,
-            "ROLE_RANK": str(plan.rank),
-            "ROLE_WORLD_SIZE": str(plan.world_size),
-            "LOCAL_RANK": str(plan.local_rank),
-            "LOCAL_WORLD_SIZE": str(plan.local_world_size),
-            "GROUP_RANK": str(plan.node_rank),
-            "NODE_RANK": str(plan.node_rank),
-        }
-
     def _create_actor(self, plan: ActorPlan) -> Any:
         role = self.spec.role(plan.role)
         env_vars = {NOSET_ENV_VAR: "1"} if ray_noset_visible_devices(role) else {}
@@ -178,7 +154,7 @@ class RayScheduler(Scheduler):
         }
         if env_vars:
             options["runtime_env"] = {"env_vars": env_vars}
-        return actor_class.options(**options).remote(self._info(plan))  # pyright: ignore[reportUnknownMemberType]
+        return actor_class.options(**options).remote(worker_info(self.spec, plan, self.workdir))  # pyright: ignore[reportUnknownMemberType]
 
     def _create_sub_master(self, role: RoleSpec, path: str) -> tuple[str, Any]:
         """A role's SubMaster: outside the placement groups, next to the PrimeMaster."""
@@ -252,7 +228,11 @@ class RayScheduler(Scheduler):
         if plan is None:  # a SubMaster: no devices
             return {}
         role = self.spec.role(plan.role)
-        bundle_mates = [a for a in self.plan.actors if a.role == plan.role and a.node_rank == plan.node_rank]
+        bundle_mates = [
+            a
+            for a in self._by_name.values()
+            if a.role == plan.role and a.group == plan.group and a.node_rank == plan.node_rank
+        ]
         group_ids = [self._gpu_ids.get(a.name, []) for a in sorted(bundle_mates, key=lambda a: a.local_rank)]
         env = device_env(
             role,
@@ -342,6 +322,39 @@ class RayScheduler(Scheduler):
         )
         self.setup(names)
         return {name: identities[name]["node_id"] for name in names}
+
+    # resizing a simple role ------------------------------------------------------------------
+    def know(self, role: str, ranks: Sequence[int], world_size: int) -> None:
+        for rank in ranks:
+            group, plan = scaled_actor(self.spec, role, rank, world_size)
+            if group is not None:
+                self._extra_groups[group.name] = group
+            self._by_name[plan.name] = plan
+
+    def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
+        self.know(role, ranks, world_size)
+        plans = [self._by_name[naming.actor_name(self.spec.name, role, r)] for r in ranks]
+        self._wait_placement([self._group_plan(p.group) for p in plans if p.group in self._extra_groups])
+        for plan in plans:
+            self._handles[plan.name] = self._create_actor(plan)
+        names = [p.name for p in plans]
+        identities = self._call_all(names, "identity")
+        self._gpu_ids.update({name: list(identities[name]["gpu_ids"]) for name in names})
+        self.setup(names)
+        return {name: identities[name]["node_id"] for name in names}
+
+    def remove_actors(self, names: Sequence[str]) -> None:
+        self.stop(names)
+        for name in names:
+            with contextlib.suppress(ValueError):  # already gone
+                ray.kill(self.handle(name), no_restart=True)
+            self._handles.pop(name, None)
+            self._gpu_ids.pop(name, None)
+            plan = self._by_name.get(name)
+            group = self._extra_groups.pop(plan.group, None) if plan is not None else None
+            if group is not None:
+                self._groups.pop(group.name, None)
+                remove_group(group.pg_name)
 
     def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
         wanted = set(node_ids)

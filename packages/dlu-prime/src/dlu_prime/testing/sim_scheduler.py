@@ -17,6 +17,7 @@ from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_prime.master.state import ActorStage
+from dlu_prime.naming import actor_name
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler
 from dlu_prime.scheduler.placement import plan_placement
 
@@ -50,6 +51,8 @@ class SimScheduler(Scheduler):
         self._beats: dict[str, int] = {}
         self.polls = 0
         self.cleaned_up = False
+        self.added: list[str] = []  # every add_actors / remove_actors call, in order
+        self.removed: list[str] = []
         self._refresh(self.nodes)
 
     # simulation controls ---------------------------------------------------------------------
@@ -136,6 +139,25 @@ class SimScheduler(Scheduler):
         elif method == "recover_running":
             self._set([name], ActorStage.RUNNING)
         return None
+
+    def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
+        """New actors of a resized role, each on a node of its own rank; set up (READY)."""
+        names = [actor_name(self.spec.name, role, rank) for rank in ranks]
+        for name, rank in zip(names, ranks, strict=True):
+            if self.stages.get(name) is None:  # adopted by name when it exists
+                self.nodes[name] = node_of(rank)
+                self.stages[name] = ActorStage.INIT
+                self.steps[name] = 0
+            self.added.append(name)
+        self.setup([n for n in names if self.stages[n] is ActorStage.INIT])
+        return {name: self.nodes[name] for name in names}
+
+    def remove_actors(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.nodes.pop(name, None)
+            self.stages.pop(name, None)
+            self._seen.pop(name, None)
+            self.removed.append(name)
 
     def stop(self, names: Sequence[str]) -> None:
         self._set([n for n in names if not _terminal(self.stages.get(n))], ActorStage.FINISH)

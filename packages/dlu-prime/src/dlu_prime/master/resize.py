@@ -1,0 +1,155 @@
+"""Scaling a role by hand (`dlu scale JOB ROLE N`): the policy and the state changes, both pure.
+
+`plan_resize` judges a request against the spec and the state and says which actors to add or
+stop; `ResizeBegan` saves that plan as the job's in-flight `resize` record (counted once, before
+any actor is touched) and adds the new actors' records; `ResizeEnded` drops the stopped actors'
+records and clears the in-flight record. `resizer.ResizeRunner` does the I/O in between, and
+finishes a saved resize after a PrimeMaster restart.
+
+Only simple roles are resized, one actor per rank (surplus ranks stop highest first). The record
+keeps a `nodes` slot so an elastic resize (node counts) can be added without a schema change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlu_api.spec.models import RoleKind
+from dlu_api.status import JobStage
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState, ResizeRecord, role_size
+from dlu_prime.naming import actor_name
+
+ELASTIC_UNSUPPORTED = "elastic resize is not supported yet"
+
+EventSpec = tuple[str, str, float | None]
+"""(kind, message, duration_s) of an event a resize change records."""
+
+
+class ScaleError(ValueError):
+    """A resize request that is refused; the message names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """What one resize does: actors to create (name, rank) and actors to stop, highest rank first."""
+
+    role: str
+    old_size: int
+    new_size: int
+    added: tuple[tuple[str, int], ...] = ()
+    removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResizeBegan:
+    """A resize decided and saved in flight, before any actor is created or stopped."""
+
+    plan: ResizePlan
+    cause: str = "dlu scale"
+
+
+@dataclass(frozen=True)
+class ResizeEnded:
+    """The in-flight resize is over, on every path; `error` when it failed."""
+
+    error: str | None = None
+
+
+def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
+    """Judge `dlu scale JOB ROLE SIZE` against the spec and the state. Pure.
+
+    Raises:
+        ScaleError: the job is not running, a resize or failover is in flight, the role is
+            unknown, elastic, custom or not resizable, or the size is out of bounds.
+    """
+    job = state.job
+    if state.stage is not JobStage.RUNNING:
+        raise ScaleError(f"job {job} is {state.stage.value}, not RUNNING: only a running job can be scaled")
+    names = [r.name for r in state.spec.roles]
+    if role not in names:
+        raise ScaleError(f"job {job} has no role {role!r}; its roles are {', '.join(names)}")
+    spec = state.spec.role(role)
+    if spec.kind is RoleKind.ELASTIC:
+        raise ScaleError(f"role {role!r} of job {job} is elastic: {ELASTIC_UNSUPPORTED}")
+    if spec.kind is not RoleKind.SIMPLE:
+        raise ScaleError(f"role {role!r} of job {job} is {spec.kind.value}: only simple roles can be scaled")
+    if not spec.resizable:
+        raise ScaleError(
+            f"role {role!r} of job {job} is not resizable (resizable: false in its spec); "
+            "set resizable: true and submit the job again to scale it"
+        )
+    together = state.spec.collocation_of(role)
+    if together is not None:
+        mates = ", ".join(state.spec.collocations[together].roles)
+        raise ScaleError(
+            f"role {role!r} of job {job} is collocated ({mates}): collocated roles share bundles and "
+            "keep the size of their spec; take it out of `collocations` to scale it"
+        )
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ScaleError(f"size {size!r} for role {role!r} is not allowed: give a whole number >= 1")
+    if spec.max_total is not None and size > spec.max_total:
+        raise ScaleError(
+            f"size {size} for role {role!r} is above its max_total={spec.max_total}: give at most "
+            f"{spec.max_total}, or raise roles[{role}].max_total and submit the job again"
+        )
+    if state.resize is not None:
+        busy = state.resize
+        raise ScaleError(
+            f"job {job} is already resizing role {busy.role!r} ({busy.old_size} -> {busy.new_size}); "
+            "try again when it is done (`dlu status` shows the sizes)"
+        )
+    if state.failover is not None:
+        raise ScaleError(f"job {job} is recovering from a failure; try `dlu scale` again when it is done")
+    ranks = sorted(a.rank for a in state.actors.values() if a.role == role and a.rank != SUB_MASTER_RANK)
+    old = len(ranks)
+    if size >= old:
+        free = [r for r in range(size + len(ranks)) if r not in set(ranks)][: size - old]
+        added = tuple((actor_name(job, role, r), r) for r in free)
+        return ResizePlan(role, old, size, added=added)
+    by_rank = {a.rank: n for n, a in state.actors.items() if a.role == role and a.rank != SUB_MASTER_RANK}
+    removed = tuple(by_rank[r] for r in sorted(ranks, reverse=True)[: old - size])
+    return ResizePlan(role, old, size, removed=removed)
+
+
+def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[EventSpec]:
+    """Save the plan in flight, count it, and add the new actors' records (INIT, not started)."""
+    plan = change.plan
+    state.resize = ResizeRecord(
+        role=plan.role,
+        old_size=plan.old_size,
+        new_size=plan.new_size,
+        cause=change.cause,
+        started_at=now,
+        added=[name for name, _ in plan.added],
+        removed=list(plan.removed),
+    )
+    state.roles[plan.role].resize_count += 1
+    for name, rank in plan.added:
+        state.actors.setdefault(name, ActorRecord(name=name, role=plan.role, rank=rank))
+    message = f"resize {plan.old_size} -> {plan.new_size} ({change.cause})"
+    return [("resize_started", message, None)]
+
+
+def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[EventSpec]:
+    """Clear the in-flight record. Stopped actors leave the state; so do added ones on failure,
+    since the runner removed them again (the role keeps its old size)."""
+    record = state.resize
+    if record is None:
+        return []
+    state.resize = None
+    gone: Sequence[str] = record.removed if change.error is None else [*record.added, *record.removed]
+    for name in gone:
+        state.actors.pop(name, None)
+    took = now - record.started_at
+    what = f"resize {record.old_size} -> {record.new_size} ({record.cause})"
+    if change.error is None:
+        return [("resize_done", f"{what} done in {took:.2f}s", took)]
+    size = role_size(state, record.role)
+    return [("resize_failed", f"{what} failed after {took:.2f}s, role left at {size}: {change.error}", took)]
+
+
+def resizing(state: JobState) -> set[str]:
+    """Actors an in-flight resize is creating or stopping: the monitor does not judge them."""
+    record = state.resize
+    return set() if record is None else {*record.added, *record.removed}

@@ -1,0 +1,193 @@
+"""`dlu scale` of a simple role on a real local Ray: untouched actors keep their processes, new
+ones run, surplus ones are gone with their placement groups; a PrimeMaster SIGKILLed in the
+middle of a resize finishes it after its self-recovery, counted once, no actor duplicated; bad
+requests leave the running job untouched."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lm_jobs import status_of, wait_until
+
+from dlu_api.spec import spec_from_dict
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStatus
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+HERE = str(Path(__file__).parent)
+
+
+def scale_spec(name: str, workers: int = 2, **env: str) -> JobSpec:
+    def role(role_name: str, total: int, driver: bool) -> dict[str, Any]:
+        return {
+            "name": role_name,
+            "entrypoint": "scale_workloads:forever",
+            "total": total,
+            "is_driver": driver,
+            "resources": {"cpu": 0.05},
+            "env": dict(env),
+        }
+
+    return spec_from_dict(
+        {
+            "name": name,
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "roles": [role("trainer", 1, True), role("workers", workers, False)],
+            "health": {"monitor_interval_s": 0.2},
+        }
+    )
+
+
+def actor_pid(actor: str) -> int:
+    import ray
+
+    from dlu_prime.naming import NAMESPACE
+
+    return int(ray.get(ray.get_actor(actor, namespace=NAMESPACE).status.remote(), timeout=30)["pid"])
+
+
+def leftovers(job: str) -> tuple[list[str], list[str]]:
+    from dlu_prime.scheduler.cleanup import job_actor_names, job_placement_groups
+
+    return job_actor_names(job), sorted(name for _, name in job_placement_groups(job))
+
+
+def running(job: str, role: str, size: int) -> bool:
+    status = status_of(job)
+    roles = {r.name: r for r in status.roles} if status else {}
+    found = roles.get(role)
+    return found is not None and found.size == size and all(a.stage == "RUNNING" for a in found.actors)
+
+
+def events(status: JobStatus | None, kind: str) -> list[str]:
+    return [e.message for e in (status.events if status else []) if e.kind == kind]
+
+
+def stop_and_check_clean(spec: JobSpec) -> None:
+    from dlu_prime import launcher
+
+    launcher.stop_job(spec.name)
+    assert launcher.wait_job(spec).stage.value == "STOPPED"
+    wait_until("nothing left", lambda: leftovers(spec.name) == ([], []), timeout_s=30)
+
+
+def test_scale_2_to_6_to_3_touches_only_what_it_adds_or_stops(ray_session: Any) -> None:
+    from dlu_prime import launcher
+
+    spec = scale_spec("scale-up-down")
+    job = spec.name
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 2))
+    names = [f"{job}.workers.{r}" for r in range(6)]
+    kept = {n: actor_pid(n) for n in names[:2]}
+    trainer = actor_pid(f"{job}.trainer.0")
+
+    grown = launcher.scale_job(job, "workers", 6)
+    assert grown["done"] and not grown["failed"], grown
+    wait_until("6 running", lambda: running(job, "workers", 6))
+    assert {n: actor_pid(n) for n in names[:2]} == kept
+    assert actor_pid(f"{job}.trainer.0") == trainer
+    actors, groups = leftovers(job)
+    assert set(names) <= set(actors)
+    assert [g for g in groups if g.startswith(f"{job}.pg.workers.")] == [
+        f"{job}.pg.workers.{r}" for r in range(2, 6)
+    ]
+
+    shrunk = launcher.scale_job(job, "workers", 3)
+    assert shrunk["done"] and not shrunk["failed"], shrunk
+    wait_until("3 running", lambda: running(job, "workers", 3))
+    assert {n: actor_pid(n) for n in names[:2]} == kept
+    actors, groups = leftovers(job)
+    assert [n for n in names if n in actors] == names[:3]  # the surplus ones are gone
+    assert [g for g in groups if g.startswith(f"{job}.pg.workers.")] == [f"{job}.pg.workers.2"]
+
+    status = status_of(job)
+    assert status is not None and status.stage.value == "RUNNING"
+    workers = next(r for r in status.roles if r.name == "workers")
+    assert (workers.size, workers.resize_count, [a.rank for a in workers.actors]) == (3, 2, [0, 1, 2])
+    done = events(status, "resize_done")
+    assert [m.split(" done")[0] for m in done] == ["resize 2 -> 6 (dlu scale)", "resize 6 -> 3 (dlu scale)"]
+    assert not events(status, "failover_started") and not events(status, "died")
+    stop_and_check_clean(spec)
+
+
+def test_bad_requests_are_refused_naming_the_fix_and_the_job_is_untouched(ray_session: Any) -> None:
+    from dlu_prime import launcher
+
+    spec = scale_spec("scale-bad")
+    job = spec.name
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 2))
+    pids = {r: actor_pid(f"{job}.workers.{r}") for r in range(2)}
+    for role, size, words in [
+        ("nope", 3, "no role 'nope'; its roles are trainer, workers"),
+        ("workers", 0, "size 0 for role 'workers' is not allowed: give a whole number >= 1"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            launcher.scale_job(job, role, size)
+    with pytest.raises(LookupError, match="not running"):
+        launcher.scale_job("scale-no-such-job", "workers", 2)
+    status = status_of(job)
+    assert status is not None and not events(status, "resize_started")
+    assert {r: actor_pid(f"{job}.workers.{r}") for r in range(2)} == pids
+    stop_and_check_clean(spec)
+
+
+def test_prime_master_killed_during_a_resize_finishes_it_once(ray_session: Any) -> None:
+    from dlu_prime import launcher
+    from dlu_prime.naming import NAMESPACE, master_name
+
+    spec = scale_spec("scale-kill", SCALE_SLOW_FROM="2", SCALE_SLOW_S="4")
+    job = spec.name
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 2))
+    import ray
+
+    master = ray.get_actor(master_name(job), namespace=NAMESPACE)
+    master_pid = int(ray.get(master.ping.remote(), timeout=30)["pid"])
+    kept = {r: actor_pid(f"{job}.workers.{r}") for r in range(2)}
+    master.scale.remote("workers", 4)  # its answer is lost with the PrimeMaster
+    wait_until("resize saved", lambda: bool(events(status_of(job), "resize_started")))
+    assert not events(status_of(job), "resize_done")  # the new actors' setup takes seconds
+    os.kill(master_pid, signal.SIGKILL)
+
+    wait_until("4 running", lambda: running(job, "workers", 4))
+    status = status_of(job)
+    assert status is not None and status.master_restart_count == 1
+    assert len(events(status, "resize_started")) == 1 and len(events(status, "resize_done")) == 1
+    workers = next(r for r in status.roles if r.name == "workers")
+    assert (workers.size, workers.resize_count) == (4, 1)
+    actors, groups = leftovers(job)
+    names = [f"{job}.workers.{r}" for r in range(4)]
+    assert sorted(a for a in actors if ".workers." in a) == names  # named once each
+    assert [g for g in groups if ".pg.workers." in g] == [f"{job}.pg.workers.{r}" for r in (2, 3)]
+    assert {r: actor_pid(f"{job}.workers.{r}") for r in range(2)} == kept
+    assert not events(status, "failover_started")
+    stop_and_check_clean(spec)
+
+
+def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_session: Any) -> None:
+    from dlu_prime import launcher
+
+    spec = scale_spec("scale-fail")
+    job = spec.name
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 2))
+    assert launcher.scale_job(job, "workers", 3)["done"]
+    wait_until("3 running", lambda: running(job, "workers", 3))
+    added = f"{job}.workers.2"
+    before = actor_pid(added)
+    os.kill(before, signal.SIGKILL)
+    wait_until("recovered", lambda: bool(events(status_of(job), "failover_done")))
+    wait_until("3 running again", lambda: running(job, "workers", 3))
+    assert actor_pid(added) != before
+    actors, groups = leftovers(job)
+    assert sorted(a for a in actors if ".workers." in a) == [f"{job}.workers.{r}" for r in range(3)]
+    assert [g for g in groups if ".pg.workers." in g] == [f"{job}.pg.workers.2"]
+    stop_and_check_clean(spec)
