@@ -16,7 +16,7 @@ import pytest
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import PrimeManager, new_state
 from dlu_prime.master.schema import MIGRATIONS, SCHEMA_VERSION, SchemaVersionError, migrate_1_to_2, upgrade
-from dlu_prime.master.state import ActorStage, JobState, Tier
+from dlu_prime.master.state import MAX_EVENTS, ActorStage, JobState, Tier
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
 
@@ -194,3 +194,26 @@ def test_a_migration_never_shares_state_with_its_input() -> None:
     migrated["events"].clear()
     assert document == _document(LATE_V1)
     assert copy.deepcopy(migrated) == migrated
+
+
+def test_v2_document_gets_event_positions_and_its_first_failure() -> None:
+    document = _document("job_state_v2.json")
+    state = _load("job_state_v2.json")
+    assert state.schema_version == SCHEMA_VERSION
+    assert [e.seq for e in state.events] == list(range(1, len(document["events"]) + 1))
+    assert state.event_seq == len(document["events"])
+    assert state.first_failure is not None and state.first_failure.kind == "died"
+    assert state.failover is not None and state.failover.culprit == "lm.trainer.3"
+    # A new event carries on the numbering.
+    assert state.record("note", "after the upgrade").seq == state.event_seq == len(document["events"]) + 1
+
+
+def test_first_failure_outlives_the_bounded_timeline() -> None:
+    state = _load("job_state_v2.json")
+    first = state.first_failure
+    for i in range(MAX_EVENTS + 10):
+        state.record("died" if i % 2 else "stage", f"event {i}")
+    assert len(state.events) == MAX_EVENTS
+    assert state.first_failure == first
+    assert state.to_status(events_after=state.event_seq - 3).events == state.events[-3:]
+    assert state.to_status(events=0).first_failure == first

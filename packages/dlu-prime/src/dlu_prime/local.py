@@ -18,7 +18,7 @@ from typing import Any
 from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
+from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import job_lock, launcher, preflight, ray_env, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.master.manager import EXIT_STOPPED
@@ -110,7 +110,7 @@ class LocalJobClient(JobClient):
 
     def status(self, name: str) -> JobStatus:
         if name in self._specs:
-            current = launcher.job_status(name)
+            current = launcher.job_status(name, events=MAX_EVENTS)  # followers need every event
             if current is not None:
                 return current
         return self.files.status(name)[0]
@@ -154,14 +154,13 @@ class LocalJobClient(JobClient):
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         """The job's event timeline (worker output itself is printed by the `dlu run` that runs it)."""
-        seen = 0
+        cursor = EventCursor()
         while True:
             status = self.status(name)
-            for event in status.events[seen:]:
+            for event in cursor.take(status.events):
                 where = "/".join(p for p in (event.role, event.actor) if p)
                 stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
                 yield f"{stamp} {event.kind} {where + ': ' if where else ''}{event.message}"
-            seen = len(status.events)
             if not follow or status.stage.is_terminal:
                 if status.stage.is_terminal and status.reason:
                     code = "" if status.exit_code is None else f": exit code {status.exit_code}"

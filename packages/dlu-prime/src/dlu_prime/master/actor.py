@@ -85,8 +85,9 @@ class PrimeMaster:
         return {"job": self.spec.name, "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
     @ray.method(max_task_retries=-1)
-    def status(self, events: int = 50) -> dict[str, Any]:
-        return self.manager.status(events).model_dump(mode="json")
+    def status(self, events: int = 50, events_after: int | None = None) -> dict[str, Any]:
+        """The status with the last `events` events, or every event past the cursor `events_after`."""
+        return self.manager.status(events, events_after).model_dump(mode="json")
 
     def stop(self, reason: str = "stopped by user request") -> None:
         self.manager.request_stop(reason)
