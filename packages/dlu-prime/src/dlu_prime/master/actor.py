@@ -46,6 +46,7 @@ class PrimeMaster:
             self.manager = PrimeManager.resume(spec, self.scheduler, self.store, extension=self.extension)
         else:
             self.manager = PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
+        self.scheduler.run_id = self.manager.state.run_id  # before any actor is created
         self.manager.metrics = JobMetrics(spec.name)
         if extension_error is not None:  # the launcher checks first; this is the last guard
             self.manager.request_stop_failed(f"extension: {extension_error}")

@@ -85,6 +85,9 @@ class RayScheduler(Scheduler):
         self._actor_class_for = actor_class_for
         self._placement_timeout = placement_timeout_s
         self._call_timeout = call_timeout_s
+        self.run_id = ""
+        """The job's run (JobState.run_id), set by the PrimeMaster once its state is known; workers
+        see it as DLU_RUN_ID, to tell a new run of the same job from a restart of this one."""
         self._groups: dict[str, PlacementGroup] = {}
         self._handles: dict[str, Any] = {}
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
@@ -144,6 +147,7 @@ class RayScheduler(Scheduler):
             role_sizes={r.name: r.total for r in self.spec.roles},
             role_json=role.model_dump_json(),
             health_json=self.spec.health.model_dump_json(),
+            run_id=self.run_id,
         )
 
     def _identity_env(self, plan: ActorPlan) -> dict[str, str]:
@@ -151,6 +155,7 @@ class RayScheduler(Scheduler):
             "DLU_JOB": self.spec.name,
             "DLU_ROLE": plan.role,
             "DLU_ACTOR": plan.name,
+            "DLU_RUN_ID": self.run_id,
             "ROLE_RANK": str(plan.rank),
             "ROLE_WORLD_SIZE": str(plan.world_size),
             "LOCAL_RANK": str(plan.local_rank),
