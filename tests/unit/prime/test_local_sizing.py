@@ -9,7 +9,7 @@ import pytest
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.errors import SpecError
 from dlu_prime import machine, preflight
-from dlu_prime.local import sized_for
+from dlu_prime.preflight import sized_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -29,9 +29,9 @@ def test_the_readme_torchrun_job_fits_a_two_core_machine() -> None:
     assert wanted > 2
     options = sized_for(spec, {})
     assert options == {"num_cpus": int(wanted)}
-    preflight.check_local(spec, str(Path.cwd()), options)  # no CPU refusal
+    preflight.check_local(spec, str(Path.cwd()), {})  # no CPU refusal
     with pytest.raises(SpecError, match="CPU"):
-        preflight.check_local(spec, str(Path.cwd()), {})  # what was refused before
+        preflight.check_local(spec, str(Path.cwd()), {"num_cpus": 2})  # what the caller set is kept
 
 
 @pytest.mark.usefixtures("two_cores")

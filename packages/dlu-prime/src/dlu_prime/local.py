@@ -9,7 +9,6 @@ before anything starts, and once this process is gone its unfinished jobs read a
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
@@ -20,30 +19,13 @@ from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus, JobSummary
-from dlu_prime import job_lock, launcher, machine, preflight, ray_env, roles
+from dlu_prime import job_lock, launcher, preflight, ray_env, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
 from dlu_prime.stop_now import kill_job, killed_status
 
 CLOSED_REASON = "stopped: the client that ran it was closed, and its embedded Ray with it"
-
-
-def sized_for(spec: JobSpec, ray_options: dict[str, Any]) -> dict[str, Any]:
-    """Ray options whose logical CPUs fit `spec`: max(this machine's cores, the job's CPU).
-
-    A local run is one machine, where oversubscribing CPUs is what `dlu run` users expect (as
-    of torchrun: 2 nodes x 2 processes on a 2-core laptop); memory and GPUs stay refused when
-    short. Left alone when the caller or RAY_OVERRIDE_RESOURCES sets the CPUs, or the options
-    join an existing Ray.
-    """
-    if "num_cpus" in ray_options or ray_options.get("address") not in (None, "local"):
-        return ray_options
-    if "CPU" in machine.resource_override():
-        return ray_options
-    cores = machine.local_resources(ray_options).get("CPU", 1.0)
-    wanted = preflight.job_demand(spec).total.get("CPU", 0.0)
-    return {**ray_options, "num_cpus": max(int(cores), math.ceil(wanted - 1e-9))}
 
 
 class LocalJobClient(JobClient):
@@ -71,7 +53,7 @@ class LocalJobClient(JobClient):
         """Before Ray or any zygote starts, a job that cannot run here is refused at no cost,
         and so is one whose name another process runs."""
         if self._address is None:
-            self._ray_options = sized_for(spec, self._ray_options)
+            self._ray_options = preflight.sized_for(spec, self._ray_options)
         preflight.check_local(spec, os.getcwd(), self._ray_options)
         lock = job_lock.take(self.files.lock_path(spec.name), spec.name)
         try:
