@@ -147,6 +147,12 @@ class LocalJobClient(JobClient):
             raise JobNotFoundError(f"local job {name!r} is just starting; try again in a moment")
         if owner == os.getpid():
             raise JobNotFoundError(f"local job {name!r} runs in this process: stop it with its own client")
+        if job_lock.verified_owner(self.files.lock_path(name)) != owner:
+            raise JobNotFoundError(
+                f"local job {name!r}: process {owner} could not be verified as its owner (the lock "
+                f"file {self.files.lock_path(name)} names a pid whose start time differs, or none); "
+                "nothing was signalled. If the job's `dlu run` still runs, stop it there with Ctrl-C."
+            )
         try:
             os.kill(owner, signal.SIGINT)
         except ProcessLookupError:
