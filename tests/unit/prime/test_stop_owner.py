@@ -98,3 +98,22 @@ def test_a_verified_owner_is_signalled(files: JobFiles) -> None:
     finally:
         owner.kill()
         owner.wait(30)
+
+
+def test_delete_removes_a_stopped_record_and_refuses_a_running_job(files: JobFiles) -> None:
+    from dlu_api.errors import JobRunningError
+    from dlu_prime.local import LocalJobClient
+
+    owner = _start(OWNER, files.lock_path(JOB))
+    try:
+        with pytest.raises(JobRunningError, match="stop it first"):
+            LocalJobClient().delete(JOB)
+        assert files.path(JOB).is_file()
+    finally:
+        owner.kill()
+        owner.wait(30)
+    files.write(JobStatus(name=JOB, stage=JobStage.STOPPED, exit_code=0), None)
+    LocalJobClient().delete(JOB)
+    assert not files.path(JOB).exists()
+    with pytest.raises(JobNotFoundError):
+        LocalJobClient().delete(JOB)

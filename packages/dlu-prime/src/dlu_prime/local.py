@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.errors import DLUError, JobNotFoundError
+from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import job_lock, launcher, preflight, ray_env, roles
@@ -158,6 +158,24 @@ class LocalJobClient(JobClient):
         except ProcessLookupError:
             raise JobNotFoundError(
                 f"local job {name!r} is not running (its process {owner} is gone)"
+            ) from None
+
+    def delete(self, name: str) -> None:
+        """Remove a stopped or LOST local job's record; one that runs is refused, untouched."""
+        if name in self._specs:
+            raise JobRunningError(f"local job {name!r} runs in this process; wait for it or stop it first")
+        status, owner = self.files.status(name)
+        if owner is not None:
+            who = f" in process {owner}" if owner else ""
+            raise JobRunningError(
+                f"local job {name!r} is running{who} ({status.stage.value}); stop it first with "
+                f"`dlu stop {name}`, then delete it"
+            )
+        try:
+            self.files.remove(name)
+        except JobNameTakenError:
+            raise JobRunningError(
+                f"local job {name!r} was started again meanwhile; stop it with `dlu stop {name}` first"
             ) from None
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:

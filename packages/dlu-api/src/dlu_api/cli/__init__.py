@@ -223,6 +223,16 @@ def stop(job: Annotated[str, typer.Argument(help="Job name.")], address: Address
 
 
 @app.command()
+def delete(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
+    """Remove a stopped or LOST job's record (a running one is refused: stop it first)."""
+    try:
+        connect(address).delete(job)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"deleted {job}")
+
+
+@app.command()
 def logs(
     job: Annotated[str, typer.Argument(help="Job name.")],
     address: AddressOpt = None,
