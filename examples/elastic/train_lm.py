@@ -152,14 +152,21 @@ def stop_step(path: str | None, steps: int) -> int:
     return steps
 
 
+def default_checkpoint_dir() -> str:
+    """One folder per run of the job (DLU_RUN_ID survives restarts, not a new `dlu run`)."""
+    run = os.environ.get("DLU_RUN_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
+    return f"/tmp/dlu-lm-checkpoints/{run}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pad each step (benchmarks)")
     parser.add_argument(
         "--checkpoint-dir",
-        default=os.environ.get("LM_CHECKPOINT_DIR", "/tmp/dlu-lm-checkpoints"),
-        help="where checkpoints go (default: $LM_CHECKPOINT_DIR or /tmp/dlu-lm-checkpoints)",
+        default=os.environ.get("LM_CHECKPOINT_DIR") or default_checkpoint_dir(),
+        help="where checkpoints go (default: $LM_CHECKPOINT_DIR, else one folder per DLU run "
+        "under /tmp/dlu-lm-checkpoints, so a new run trains afresh and a restart resumes)",
     )
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--crash-at-step", type=int, default=-1)

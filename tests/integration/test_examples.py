@@ -72,3 +72,39 @@ def test_readme_run_command(tmp_path: Path) -> None:
     assert "final loss" in done.stdout + done.stderr
     assert (tmp_path / "ckpt" / "final_loss.txt").is_file()
     assert (tmp_path / "jobs" / "lm.json").is_file()  # `dlu status lm` reads it
+
+
+def _dlu(args: list[str], home: Path, timeout: float = 380) -> subprocess.CompletedProcess[str]:
+    """`dlu ARGS` from the repository root, in its own process, embedded Ray and DLU_HOME."""
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-readme-", dir="/tmp"),
+        "DLU_HOME": str(home),
+    }
+    env.pop("LM_CHECKPOINT_DIR", None)
+    dlu = Path(sys.executable).parent / "dlu"
+    return subprocess.run(
+        [str(dlu), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.timeout(400)
+def test_readme_torchrun_example_runs_on_this_machine(tmp_path: Path) -> None:
+    """2 nodes x 2 processes want more logical CPUs than a 2-core laptop has: a local run
+    oversubscribes them (as torchrun does) instead of refusing the job."""
+    command = ["torchrun", "--nnodes=2", "--nproc-per-node=2", "examples/elastic/allreduce.py"]
+    done = _dlu(["run", "--device-type", "cpu", "--", *command], tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "STOPPED (exit code 0)" in done.stdout
+
+
+@pytest.mark.timeout(800)
+def test_readme_job_trains_again_on_a_second_run(tmp_path: Path) -> None:
+    """Each run checkpoints in a folder of its own (DLU_RUN_ID): a second run trains afresh."""
+    for _ in range(2):
+        done = _dlu(["run", "examples/elastic/job.yaml"], tmp_path)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-3000:]
+        assert "already trained" not in output
+        assert "final loss" in output
+        assert "trainer (elastic): 4 FINISH, 1 RUNNING" not in output

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import dlu_api.cli
 from dlu_api.cli import app
+from dlu_api.cli.gpu import gpu_visible
 from dlu_api.cli.render import ProgressPrinter
 from dlu_api.client import JobClient, StatusCallback
 from dlu_api.errors import DLUError, JobNotFoundError
@@ -266,7 +267,27 @@ def test_submit_address_from_environment(
 # --- run ------------------------------------------------------------------------------------
 
 
-def test_run_torchrun_command(fake: FakeClient) -> None:
+def test_a_local_torchrun_command_defaults_to_cpu_without_a_gpu(
+    fake: FakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dlu_api.cli.gpu.gpu_visible", lambda: False)
+    monkeypatch.delenv("DLU_ADDRESS", raising=False)
+    result = runner.invoke(app, ["run", "--", "torchrun", "--nnodes=2", "--nproc-per-node=2", "train.py"])
+    assert result.exit_code == 0, result.output
+    assert fake.submitted[0].device_type is DeviceType.CPU
+
+
+def test_gpu_visible_reads_device_files_and_cuda_visible_devices(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    assert not gpu_visible({}, tmp_path)
+    (tmp_path / "dev" / "nvidia0").touch()
+    assert gpu_visible({}, tmp_path)
+    assert not gpu_visible({"CUDA_VISIBLE_DEVICES": ""}, tmp_path)
+    assert gpu_visible({"CUDA_VISIBLE_DEVICES": "0"}, tmp_path)
+
+
+def test_run_torchrun_command(fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dlu_api.cli.gpu.gpu_visible", lambda: True)
     result = runner.invoke(app, ["run", "--", "torchrun", "--nnodes=2", "--nproc-per-node=2", "train.py"])
     assert result.exit_code == 0, result.output
     (spec,) = fake.submitted

@@ -106,13 +106,13 @@ def test_on_a_cluster_a_bundle_larger_than_any_node_is_refused() -> None:
 def test_check_local_reports_code_and_resources_together(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     spec = job(
-        role("a", "no_such_script.py --x", resources={"cpu": 4096}),
+        role("a", "no_such_script.py --x", resources={"memory": "4096TiB"}),
         role("b", "no_such_pkg_xyz.mod:main", resources={"cpu": 0}),
     )
     with pytest.raises(SpecError) as info:
         check_local(spec, HERE, {})
     fields = [p.field for p in info.value.problems]
-    assert fields == ["roles[a].resources.cpu", "roles[a].entrypoint", "roles[b].entrypoint"]
+    assert fields == ["roles[a].resources.memory", "roles[a].entrypoint", "roles[b].entrypoint"]
     script = info.value.problems[1]
     assert "does not exist" in script.message
     assert "fix the script path in roles[a].entrypoint" in script.fix and HERE in script.fix

@@ -21,9 +21,10 @@ from dlu_prime.master.schema import (
     SchemaVersionError,
     migrate_1_to_2,
     migrate_2_to_3,
+    migrate_3_to_4,
     upgrade,
 )
-from dlu_prime.master.state import ActorStage, JobState, Tier
+from dlu_prime.master.state import MAX_EVENTS, ActorStage, JobState, Tier
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
 
@@ -33,6 +34,7 @@ FIXTURES = Path(__file__).parent / "state_fixtures"
 FIRST_WAVE = "job_state_v1.json"
 LATE_V1 = "job_state_v1_failover.json"
 V2 = "job_state_v2.json"
+V3 = "job_state_v3.json"
 TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
 
 
@@ -116,7 +118,7 @@ def test_late_v1_document_with_a_failover_in_flight_loads_field_by_field() -> No
     )
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3])
 def test_migration_writes_every_field_of_the_current_shape(name: str) -> None:
     """Explicit defaults, so the next migration can rely on every field being there."""
     original = _document(name)
@@ -152,7 +154,7 @@ def test_a_document_from_a_newer_dlu_prime_is_refused_naming_both_versions() -> 
     assert isinstance(info.value, ValueError)  # callers that catch ValueError keep working
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3])
 def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     store = MemoryStateStore()
     store.put("lm", (FIXTURES / name).read_bytes(), None)
@@ -172,7 +174,7 @@ def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     assert stored is not None and json.loads(stored.data)["schema_version"] == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3])
 def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     """Tier 6 after an upgrade: the RUNNING job carries on, an in-flight failover is finished."""
     store = MemoryStateStore()
@@ -213,3 +215,36 @@ def test_a_migration_never_shares_state_with_its_input() -> None:
     migrated["events"].clear()
     assert document == _document(LATE_V1)
     assert copy.deepcopy(migrated) == migrated
+
+
+@pytest.mark.parametrize("name", [V2, V3])
+def test_a_document_before_v4_gets_event_positions_and_its_first_failure(name: str) -> None:
+    document = _document(name)
+    state = _load(name)
+    assert state.schema_version == SCHEMA_VERSION
+    assert [e.seq for e in state.events] == list(range(1, len(document["events"]) + 1))
+    assert state.event_seq == len(document["events"])
+    assert state.first_failure is not None and state.first_failure.kind == "died"
+    assert state.failover is not None and state.failover.culprit == "lm.trainer.3"
+    # A new event carries on the numbering.
+    assert state.record("note", "after the upgrade").seq == state.event_seq == len(document["events"]) + 1
+
+
+def test_first_failure_outlives_the_bounded_timeline() -> None:
+    state = _load("job_state_v2.json")
+    first = state.first_failure
+    for i in range(MAX_EVENTS + 10):
+        state.record("died" if i % 2 else "stage", f"event {i}")
+    assert len(state.events) == MAX_EVENTS
+    assert state.first_failure == first
+    assert state.to_status(events_after=state.event_seq - 3).events == state.events[-3:]
+    assert state.to_status(events=0).first_failure == first
+
+
+def test_a_v3_document_keeps_its_resize_fields_and_gains_event_positions() -> None:
+    document = _document(V3)
+    assert document["resize"] is None and "seq" not in document["events"][0]
+    upgraded = migrate_3_to_4(document)
+    assert upgraded["schema_version"] == 4 and document == _document(V3)
+    assert upgraded["resize"] is None and {r["resize_count"] for r in upgraded["roles"].values()} == {0}
+    assert _load(V3).to_status() == _load(V2).to_status()

@@ -47,8 +47,12 @@ class RootCause:
         return out
 
 
-def root_cause(events: Sequence[JobEvent]) -> RootCause:
-    """The first failure of the timeline and every recovery step that followed it."""
-    first = next((e for e in events if e.kind in FAILURE_KINDS), None)
+def root_cause(events: Sequence[JobEvent], first_failure: JobEvent | None = None) -> RootCause:
+    """The job's first failure and every recovery step that followed it.
+
+    `first_failure` is the one the PrimeMaster kept for the whole job; the timeline only holds
+    the recent events, so its own first failure is a fallback for older masters.
+    """
+    first = first_failure or next((e for e in events if e.kind in FAILURE_KINDS), None)
     after = [e for e in events if e.kind in RECOVERY_KINDS and (first is None or e.time >= first.time)]
     return RootCause(first, tuple(after))

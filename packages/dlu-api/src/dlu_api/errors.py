@@ -48,6 +48,10 @@ class NotSupportedError(DLUError):
     """This client cannot do that (yet); the message says what to use instead."""
 
 
+class JobRunningError(DLUError):
+    """The request needs a job that has stopped (e.g. `dlu delete`); the message says how to stop it."""
+
+
 class JobNameTakenError(ClusterError):
     """A job of that name is still running where the new one was sent; stop it or rename."""
 

@@ -56,6 +56,33 @@ class JobEvent(BaseModel):
     node_id: str | None = None
     tier: str | None = Field(default=None, description="The failover tier of a recovery event.")
     duration_s: float | None = Field(default=None, description="How long a finished recovery took.")
+    seq: int = Field(
+        default=0,
+        description="Position in the job's timeline (1, 2, ...), so a client can ask for what follows "
+        "a cursor rather than a fixed tail; 0 on events stored before positions existed.",
+    )
+
+
+class EventCursor:
+    """Where a follower is in a job's timeline: `take` returns the events it has not seen yet.
+
+    By position (`JobEvent.seq`), not by index, so a bounded timeline that dropped old events, or
+    an answer holding only the newest, loses or repeats none. Events without positions (written
+    before they existed) are counted by index, as the whole list from the start.
+    """
+
+    def __init__(self) -> None:
+        self.position = 0
+        self._count = 0
+
+    def take(self, events: list[JobEvent]) -> list[JobEvent]:
+        if events and all(e.seq for e in events):
+            fresh = [e for e in events if e.seq > self.position]
+            self.position = max(self.position, events[-1].seq)
+            return fresh
+        fresh = events[self._count :] if len(events) >= self._count else events
+        self._count = len(events)
+        return fresh
 
 
 class JobStatus(BaseModel):
@@ -70,6 +97,10 @@ class JobStatus(BaseModel):
     removed_nodes: list[str] = Field(default_factory=list[str])
     roles: list[RoleStatus] = Field(default_factory=list[RoleStatus])
     events: list[JobEvent] = Field(default_factory=list[JobEvent])
+    first_failure: JobEvent | None = Field(
+        default=None,
+        description="The job's first failure, kept even after the bounded timeline dropped it.",
+    )
 
     @property
     def finished(self) -> bool:

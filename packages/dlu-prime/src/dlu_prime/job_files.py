@@ -141,6 +141,26 @@ class JobFiles:
             record = again  # it changed meanwhile: judge the new one
         return current_status(_status(record), _pid(record), None), None
 
+    def remove(self, name: str) -> None:
+        """Delete the job's record and debugging mailbox, holding its name's lock meanwhile so no
+        run of the name can start or be running. The lock file itself stays (see job_lock).
+
+        Raises:
+            JobNotFoundError: no record of that name.
+            JobNameTakenError: a process runs a job of that name.
+        """
+        self.read(name)
+        lock = job_lock.JobLock.acquire(self.lock_path(name), name)
+        try:
+            self.path(name).unlink(missing_ok=True)
+            box = self._mailbox(name)
+            for leftover in box.glob("*") if box.is_dir() else []:
+                leftover.unlink(missing_ok=True)
+            if box.is_dir():
+                box.rmdir()
+        finally:
+            lock.release()
+
     # debugging requests for a job run by another process ------------------------------------------
     def _mailbox(self, name: str) -> Path:
         return self.root / f"{name}.debug"

@@ -8,7 +8,9 @@ runs the job, whatever its last record says.
 
 The lock file is never removed: unlinking it while another process waits to open it would let
 two processes lock two different files of the same name. It holds the owner's pid, written
-after the lock is taken (a reader may briefly find it empty).
+after the lock is taken, with the process's start time (`PID START`): a pid alone may have been
+reused by an unrelated process since, so `dlu stop` signals only a process whose start time
+matches (`verified_owner`).
 
 Imports nothing heavy: `dlu run` takes the lock before it imports Ray or starts a zygote.
 """
@@ -58,8 +60,10 @@ class JobLock:
             except BaseException:
                 os.close(fd)
                 raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        pid = os.getpid()
+        line = f"{pid} {start_time(pid) or ''}".rstrip() + "\n"
+        os.pwrite(fd, line.encode(), 0)  # over the last owner's line, never empty in between
+        os.ftruncate(fd, len(line.encode()))
         return cls(path, fd)
 
     @property
@@ -86,19 +90,55 @@ def taken_message(job: str, pid: int | None) -> str:
     )
 
 
+def start_time(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (Linux /proc); None where unknown.
+
+    With the pid it names one process for good: a reused pid has a later start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+def _read_owner(path: Path) -> tuple[int, str | None] | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    parts = text.split("\n", 1)[0].split()
+    if not parts or not parts[0].isdigit():
+        return None
+    return int(parts[0]), (parts[1] if len(parts) > 1 else None)
+
+
 def read_pid(path: Path, wait_s: float = 0.0) -> int | None:
     """The pid the lock's owner wrote, waiting up to `wait_s` for it; None if there is none."""
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            text = path.read_text(encoding="utf-8").strip()
-        except OSError:
-            text = ""
-        if text.isdigit():
-            return int(text)
+        found = _read_owner(path)
+        if found is not None:
+            return found[0]
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
+
+
+def verified_owner(path: Path) -> int | None:
+    """The pid of the process that holds the lock now, if it is that very process: the lock is
+    held and the pid's start time is the one its owner wrote. None otherwise (nobody holds it,
+    or the pid written is stale: its owner died and the pid may now be an unrelated process)."""
+    if holder(path) in (None, 0):
+        return None
+    found = _read_owner(path)
+    if found is None:
+        return None
+    pid, started = found
+    now = start_time(pid)
+    if started is None or now is None or now != started:
+        return None
+    return pid
 
 
 def holder(path: Path) -> int | None:

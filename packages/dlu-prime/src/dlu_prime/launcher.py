@@ -17,11 +17,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from dlu_api.errors import JobNameTakenError, Problem, SpecError
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
-from dlu_api.status import JobStage, JobStatus
+from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus
 from dlu_prime import preflight as checks
 from dlu_prime.master.actor import PrimeMaster
 from dlu_prime.master.lost import close_lost_job
-from dlu_prime.master.state import JobState
+from dlu_prime.master.state import MAX_EVENTS, JobState
 from dlu_prime.naming import NAMESPACE, master_name
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.scheduler.placement import master_options
@@ -156,13 +156,16 @@ def wait_job(
     last: JobStatus | None = None
     final: JobStatus | None = None
     quick = True
+    timeline: list[JobEvent] = []
+    cursor = EventCursor()
     while final is None:
         master = get_master(spec.name)
         if master is None:
             final = _master_lost(spec, last, "no PrimeMaster actor of this job exists")
             break
         try:
-            current = JobStatus.model_validate(ray.get(master.status.remote(), timeout=30))
+            # Only the events past the cursor: a fixed tail would miss any beyond it.
+            answer = JobStatus.model_validate(ray.get(master.status.remote(0, cursor.position), timeout=30))
         except RayActorError as exc:
             if get_master(spec.name) is None:
                 final = _master_lost(spec, last, f"it died and Ray did not restart it: {_first_line(exc)}")
@@ -171,6 +174,8 @@ def wait_job(
             continue
         except GetTimeoutError:
             continue
+        timeline = (timeline + cursor.take(answer.events))[-MAX_EVENTS:]
+        current = answer.model_copy(update={"events": timeline})
         if on_update is not None and current != last:
             on_update(current)
         if on_poll is not None:

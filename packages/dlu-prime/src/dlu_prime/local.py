@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.errors import DLUError, JobNotFoundError
+from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
+from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import job_lock, launcher, preflight, ray_env, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.master.manager import EXIT_STOPPED
@@ -52,6 +52,8 @@ class LocalJobClient(JobClient):
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         """Before Ray or any zygote starts, a job that cannot run here is refused at no cost,
         and so is one whose name another process runs."""
+        if self._address is None:
+            self._ray_options = preflight.sized_for(spec, self._ray_options)
         preflight.check_local(spec, os.getcwd(), self._ray_options)
         lock = job_lock.take(self.files.lock_path(spec.name), spec.name)
         try:
@@ -110,7 +112,7 @@ class LocalJobClient(JobClient):
 
     def status(self, name: str) -> JobStatus:
         if name in self._specs:
-            current = launcher.job_status(name)
+            current = launcher.job_status(name, events=MAX_EVENTS)  # followers need every event
             if current is not None:
                 return current
         return self.files.status(name)[0]
@@ -145,6 +147,12 @@ class LocalJobClient(JobClient):
             raise JobNotFoundError(f"local job {name!r} is just starting; try again in a moment")
         if owner == os.getpid():
             raise JobNotFoundError(f"local job {name!r} runs in this process: stop it with its own client")
+        if job_lock.verified_owner(self.files.lock_path(name)) != owner:
+            raise JobNotFoundError(
+                f"local job {name!r}: process {owner} could not be verified as its owner (the lock "
+                f"file {self.files.lock_path(name)} names a pid whose start time differs, or none); "
+                "nothing was signalled. If the job's `dlu run` still runs, stop it there with Ctrl-C."
+            )
         try:
             os.kill(owner, signal.SIGINT)
         except ProcessLookupError:
@@ -152,16 +160,33 @@ class LocalJobClient(JobClient):
                 f"local job {name!r} is not running (its process {owner} is gone)"
             ) from None
 
+    def delete(self, name: str) -> None:
+        """Remove a stopped or LOST local job's record; one that runs is refused, untouched."""
+        if name in self._specs:
+            raise JobRunningError(f"local job {name!r} runs in this process; wait for it or stop it first")
+        status, owner = self.files.status(name)
+        if owner is not None:
+            who = f" in process {owner}" if owner else ""
+            raise JobRunningError(
+                f"local job {name!r} is running{who} ({status.stage.value}); stop it first with "
+                f"`dlu stop {name}`, then delete it"
+            )
+        try:
+            self.files.remove(name)
+        except JobNameTakenError:
+            raise JobRunningError(
+                f"local job {name!r} was started again meanwhile; stop it with `dlu stop {name}` first"
+            ) from None
+
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         """The job's event timeline (worker output itself is printed by the `dlu run` that runs it)."""
-        seen = 0
+        cursor = EventCursor()
         while True:
             status = self.status(name)
-            for event in status.events[seen:]:
+            for event in cursor.take(status.events):
                 where = "/".join(p for p in (event.role, event.actor) if p)
                 stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
                 yield f"{stamp} {event.kind} {where + ': ' if where else ''}{event.message}"
-            seen = len(status.events)
             if not follow or status.stage.is_terminal:
                 if status.stage.is_terminal and status.reason:
                     code = "" if status.exit_code is None else f": exit code {status.exit_code}"

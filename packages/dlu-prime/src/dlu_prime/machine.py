@@ -55,6 +55,11 @@ def local_resources(
     return found
 
 
+def resource_override(env: Mapping[str, str] | None = None) -> dict[str, float]:
+    """The resources RAY_OVERRIDE_RESOURCES sets (they win over Ray's options)."""
+    return _override(os.environ if env is None else env)
+
+
 def _override(env: Mapping[str, str]) -> dict[str, float]:
     text = env.get(RAY_OVERRIDE_ENV)
     if not text:

@@ -11,6 +11,7 @@ refused in a fraction of a second and leaves no process behind. Imports no Ray.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,12 +58,30 @@ def check_local(spec: JobSpec, workdir: str | None, ray_options: Mapping[str, An
         SpecError: every problem found.
     """
     ensure_valid(spec)
-    have = {} if _ray_running() else machine.local_resources(ray_options)
+    have = {} if _ray_running() else machine.local_resources(sized_for(spec, ray_options))
     problems = resource_problems(spec, have, node_max=None, where="this machine") + code_problems(
         spec, workdir
     )
     if problems:
         raise SpecError(problems)
+
+
+def sized_for(spec: JobSpec, ray_options: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray options whose logical CPUs fit `spec`: max(this machine's cores, the job's CPU).
+
+    A local run is one machine, where oversubscribing CPUs is what `dlu run` users expect (as
+    of torchrun: 2 nodes x 2 processes on a 2-core laptop); memory and GPUs stay refused when
+    short. Left alone when the caller or RAY_OVERRIDE_RESOURCES sets the CPUs, or the options
+    join an existing Ray.
+    """
+    options = dict(ray_options)
+    if "num_cpus" in options or options.get("address") not in (None, "local"):
+        return options
+    if "CPU" in machine.resource_override():
+        return options
+    cores = machine.local_resources(options).get("CPU", 1.0)
+    wanted = job_demand(spec).total.get("CPU", 0.0)
+    return {**options, "num_cpus": max(int(cores), math.ceil(wanted - 1e-9))}
 
 
 def _ray_running() -> bool:

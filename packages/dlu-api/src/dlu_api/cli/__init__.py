@@ -15,6 +15,7 @@ import typer
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import interrupts
+from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
 from dlu_api.client import JobClient, connect
@@ -55,11 +56,15 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _spec_from_args(args: list[str], name: str | None, device_type: str | None) -> JobSpec:
+def _spec_from_args(
+    args: list[str], name: str | None, device_type: str | None, address: str | None = None
+) -> JobSpec:
     if not args:
         raise ValueError("give a spec file, or `-- torchrun [flags] script.py args...`")
     if is_torchrun_command(args):
-        return from_torchrun_cmd(args, name=name or "torchrun-job", device_type=device_type or "GPU")
+        return from_torchrun_cmd(
+            args, name=name or "torchrun-job", device_type=device_type or default_device_type(address)
+        )
     if len(args) != 1:
         raise ValueError(f"expected one spec file or a torchrun command after '--', got {' '.join(args)!r}")
     updates: dict[str, object] = {}
@@ -80,7 +85,11 @@ def run(
     ],
     name: Annotated[str | None, typer.Option(help="Job name (overrides the spec's).")] = None,
     device_type: Annotated[
-        str | None, typer.Option("--device-type", help="GPU or CPU (a torchrun command defaults to GPU).")
+        str | None,
+        typer.Option(
+            "--device-type",
+            help="GPU or CPU (a torchrun command defaults to GPU where one is visible, or on a cluster; else CPU).",
+        ),
     ] = None,
     address: AddressOpt = None,
     workdir: WorkdirOpt = None,
@@ -90,7 +99,7 @@ def run(
     Ctrl-C (or SIGTERM) stops the job cleanly and exits with 130; a second one stops it at once.
     A local run of a job name that another process on this machine runs is refused."""
     try:
-        spec = _spec_from_args(spec_or_command, name, device_type)
+        spec = _spec_from_args(spec_or_command, name, device_type, address)
         client = connect(address, workdir, spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -211,6 +220,16 @@ def stop(job: Annotated[str, typer.Argument(help="Job name.")], address: Address
     except DLUError as exc:
         raise _fail(str(exc)) from None
     typer.echo(f"stop requested for {job}")
+
+
+@app.command()
+def delete(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
+    """Remove a stopped or LOST job's record (a running one is refused: stop it first)."""
+    try:
+        connect(address).delete(job)
+    except DLUError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"deleted {job}")
 
 
 @app.command()

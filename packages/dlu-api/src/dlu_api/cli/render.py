@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from dlu_api.diagnosis import root_cause
 from dlu_api.recovery import recovery_lines
-from dlu_api.status import JobEvent, JobStatus, RoleStatus
+from dlu_api.status import EventCursor, JobEvent, JobStatus, RoleStatus
 
 
 def role_line(role: RoleStatus, with_step: bool = False) -> str:
@@ -52,7 +52,7 @@ def status_text(status: JobStatus, events: int = 10) -> str:
     ]
     if counters:
         lines.append("restarts: " + ", ".join(counters))
-    cause = root_cause(status.events)
+    cause = root_cause(status.events, status.first_failure)
     if cause.first_failure is not None or cause.recoveries:
         lines.append("root cause:")
         lines += ["  " + line for line in cause.lines()]
@@ -76,7 +76,7 @@ class ProgressPrinter:
         self._emit = emit
         self._stage: str | None = None
         self._roles: dict[str, str] = {}
-        self._events_seen = 0
+        self._cursor = EventCursor()
         self._t0: float | None = None
 
     def __call__(self, status: JobStatus) -> None:
@@ -90,9 +90,5 @@ class ProgressPrinter:
             if self._roles.get(role.name) != line:
                 self._roles[role.name] = line
                 self._emit(line)
-        fresh = (
-            status.events[self._events_seen :] if len(status.events) >= self._events_seen else status.events
-        )
-        for event in fresh:
+        for event in self._cursor.take(status.events):
             self._emit(event_line(event, self._t0))
-        self._events_seen = len(status.events)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 
-from dlu_api.errors import ClusterError
+from dlu_api.errors import ClusterError, NotSupportedError
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStatus, JobSummary
 
@@ -118,6 +118,16 @@ class JobClient(ABC):
             DLUError: refused (the message names the value and the fix); the job is untouched.
         """
         raise ClusterError(f"{type(self).__name__} does not support `dlu scale` yet")
+
+    def delete(self, name: str) -> None:
+        """Remove the record of a job that has stopped (finished, failed, stopped or LOST).
+
+        Raises:
+            JobNotFoundError: no such job.
+            JobRunningError: the job still runs; nothing is removed.
+            NotSupportedError: this client cannot delete jobs.
+        """
+        raise NotSupportedError(f"{type(self).__name__} cannot delete jobs")
 
     def close(self) -> None:
         """Release what the client holds (an embedded Ray, connections). Safe to call twice."""

@@ -31,6 +31,7 @@ import httpx
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import wire
 from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.remote_delete import delete_runs
 from dlu_api.errors import (
     ClusterError,
     ClusterSetupError,
@@ -421,6 +422,13 @@ class RemoteJobClient(JobClient):
             raise self._not_found(name, response)
         if response.status_code >= 400:
             raise errors.http_error(self.address, response, f"cannot stop job {name!r}")
+
+    def delete(self, name: str) -> None:
+        """Delete every Ray job that ran DLU job `name` (its log and record on the cluster)."""
+        runs = self._runs(name)
+        if not runs:
+            raise JobNotFoundError(f"no job named {name!r} on {self.address}; `dlu list` shows the jobs.")
+        delete_runs(self.address, name, runs, self._request)
 
     # logs and list -----------------------------------------------------------------------------
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:

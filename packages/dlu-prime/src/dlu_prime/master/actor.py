@@ -46,6 +46,7 @@ class PrimeMaster:
             self.manager = PrimeManager.resume(spec, self.scheduler, self.store, extension=self.extension)
         else:
             self.manager = PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
+        self.scheduler.run_id = self.manager.state.run_id  # before any actor is created
         self.manager.metrics = JobMetrics(spec.name)
         if extension_error is not None:  # the launcher checks first; this is the last guard
             self.manager.request_stop_failed(f"extension: {extension_error}")
@@ -85,8 +86,9 @@ class PrimeMaster:
         return {"job": self.spec.name, "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
     @ray.method(max_task_retries=-1)
-    def status(self, events: int = 50) -> dict[str, Any]:
-        return self.manager.status(events).model_dump(mode="json")
+    def status(self, events: int = 50, events_after: int | None = None) -> dict[str, Any]:
+        """The status with the last `events` events, or every event past the cursor `events_after`."""
+        return self.manager.status(events, events_after).model_dump(mode="json")
 
     def stop(self, reason: str = "stopped by user request") -> None:
         self.manager.request_stop(reason)

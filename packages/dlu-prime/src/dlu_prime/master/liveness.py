@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dlu_prime.master.monitor import track_beats, track_steps, track_unavailable
+from dlu_prime.master.state import ActorStage
 from dlu_prime.scheduler.base import ActorObservation
 
 
@@ -15,8 +16,16 @@ class Liveness:
         self.steps: dict[str, tuple[int, float]] = {}
         self.beats: dict[str, tuple[int, float]] = {}
         self.unavailable: dict[str, float] = {}
+        self.final_steps: dict[str, int] = {}
 
     def track(self, observations: Mapping[str, ActorObservation], now: float) -> None:
+        for name, seen in observations.items():
+            if seen.stage is ActorStage.FINISH:
+                # Hang tracking drops a finished actor; its status still shows how far it got.
+                last = self.steps.get(name, (0, now))[0]
+                self.final_steps[name] = max(seen.step, last, self.final_steps.get(name, 0))
+            elif seen.stage is ActorStage.RUNNING:
+                self.final_steps.pop(name, None)
         self.steps = track_steps(self.steps, observations, now)
         self.beats = track_beats(self.beats, observations, now)
         self.unavailable = track_unavailable(self.unavailable, observations, now)
@@ -25,6 +34,8 @@ class Liveness:
         """A job-level restart: what the old actors showed says nothing of the new ones."""
         self.steps.clear()
         self.beats.clear()
+        self.final_steps.clear()
 
     def last_steps(self) -> dict[str, int]:
-        return {name: step for name, (step, _) in self.steps.items()}
+        """The last step of each running actor, and the final one of each finished actor."""
+        return self.final_steps | {name: step for name, (step, _) in self.steps.items()}

@@ -259,10 +259,10 @@ class PrimeManager:
         """An event from a SubMaster (node check verdicts, in-place restarts), saved at once."""
         self.apply(Note(kind, message, role))
 
-    def status(self, events: int = 50) -> JobStatus:
+    def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
         """The persisted state plus the live training steps (kept in memory: not worth a write)."""
         with self.lock:
-            status = self.state.to_status(events)
+            status = self.state.to_status(events, events_after)
             steps = self.liveness.last_steps()
         for role in status.roles:
             for actor in role.actors:

@@ -16,6 +16,9 @@ History:
      STOPPED actors / LOST jobs may appear, which a reader of version 1 cannot parse.
   3: resizable roles (`dlu scale`): an in-flight `resize` record on the job and a
      `resize_count` per role.
+  4: event positions: each event has a `seq` (1, 2, ...), the document keeps the last one in
+     `event_seq` and the job's first failure in `first_failure` (the root cause outlives the
+     bounded timeline).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -102,7 +105,34 @@ def migrate_2_to_3(document: Document) -> Document:
     return out
 
 
-MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2, 2: migrate_2_to_3}
+# Kinds of a failure event (dlu_api.diagnosis.FAILURE_KINDS when version 4 was written):
+# frozen here so the migration means the same whatever later releases count as a failure.
+_V4_FAILURE_KINDS = frozenset(
+    {"died", "restarted", "unavailable", "failed", "error_report", "heartbeat_timeout", "hang", "faulty_node"}
+)
+
+
+def migrate_3_to_4(document: Document) -> Document:
+    """Number the stored events in order and keep the first failure among them.
+
+    Events the bounded timeline already dropped are gone, so the numbering starts at the oldest
+    kept one: positions only need to grow, not to count from the job's start.
+    """
+    out = copy.deepcopy(document)
+    found: Any = out.get("events")
+    events: list[Document] = [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []  # pyright: ignore[reportUnknownVariableType]
+    for seq, event in enumerate(events, start=1):
+        event["seq"] = seq
+    out["events"] = events
+    out["event_seq"] = len(events)
+    out["first_failure"] = next(
+        (copy.deepcopy(e) for e in events if e.get("kind") in _V4_FAILURE_KINDS), None
+    )
+    out["schema_version"] = 4
+    return out
+
+
+MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2, 2: migrate_2_to_3, 3: migrate_3_to_4}
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 
 

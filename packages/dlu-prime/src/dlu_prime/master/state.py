@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlu_api.diagnosis import FAILURE_KINDS
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
 from dlu_prime.master.schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported for readers
@@ -166,6 +167,12 @@ class JobState(BaseModel):
         description="What SubMasters publish for their workers (e.g. the ElasticMaster's gRPC address).",
     )
     events: list[JobEvent] = Field(default_factory=list[JobEvent])
+    event_seq: int = Field(
+        default=0, description="The position of the last event recorded (events are 1, 2, ...)."
+    )
+    first_failure: JobEvent | None = Field(
+        default=None, description="The job's first failure: its root cause, kept past MAX_EVENTS."
+    )
     created_at: float = Field(default_factory=_now)
     updated_at: float = Field(default_factory=_now)
 
@@ -195,27 +202,38 @@ class JobState(BaseModel):
             node_id=node_id,
             tier=tier,
             duration_s=duration_s,
+            seq=self.event_seq + 1,
         )
+        self.event_seq = event.seq
+        if self.first_failure is None and kind in FAILURE_KINDS:
+            self.first_failure = event
         self.events.append(event)
         if len(self.events) > MAX_EVENTS:
             del self.events[: len(self.events) - MAX_EVENTS]
         return event
 
-    def to_status(self, events: int = 50) -> JobStatus:
+    def to_status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
+        """The job's status with its last `events` events, or, given `events_after`, every
+        retained event past that position (a client's cursor: none is skipped however many)."""
         roles: list[RoleStatus] = []
         for spec_role in self.spec.roles:
             record = self.roles.get(spec_role.name)
+            members = [a for a in self.actors.values() if a.role == spec_role.name]
+            workers = [a for a in members if a.rank != SUB_MASTER_RANK]
+            done = bool(workers) and all(a.stage is ActorStage.FINISH for a in workers)
             actors = [
                 ActorStatus(
                     name=a.name,
                     role=a.role,
                     rank=a.rank,
-                    stage=a.stage.value,
+                    # A SubMaster lives on until the job ends; once its workers finished it drives nothing.
+                    stage=ActorStage.FINISH.value
+                    if done and a.stage is ActorStage.RUNNING
+                    else a.stage.value,
                     node_id=a.node_id,
                     restart_count=a.restart_count,
                 )
-                for a in self.actors.values()
-                if a.role == spec_role.name
+                for a in members
             ]
             roles.append(
                 RoleStatus(
@@ -239,8 +257,14 @@ class JobState(BaseModel):
             node_restart_count=self.node_restart_count,
             removed_nodes=list(self.removed_nodes),
             roles=roles,
-            events=self.events[-events:] if events else [],
+            events=self._events(events, events_after),
+            first_failure=self.first_failure,
         )
+
+    def _events(self, tail: int, after: int | None) -> list[JobEvent]:
+        if after is not None:
+            return [e for e in self.events if e.seq > after]
+        return self.events[-tail:] if tail else []
 
     def dumps(self) -> bytes:
         return self.model_dump_json().encode()

@@ -89,6 +89,9 @@ class RayScheduler(Scheduler):
         self._actor_class_for = actor_class_for
         self._placement_timeout = placement_timeout_s
         self._call_timeout = call_timeout_s
+        self.run_id = ""
+        """The job's run (JobState.run_id), set by the PrimeMaster once its state is known; workers
+        see it as DLU_RUN_ID, to tell a new run of the same job from a restart of this one."""
         self._groups: dict[str, PlacementGroup] = {}
         self._handles: dict[str, Any] = {}
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
@@ -154,7 +157,7 @@ class RayScheduler(Scheduler):
         }
         if env_vars:
             options["runtime_env"] = {"env_vars": env_vars}
-        return actor_class.options(**options).remote(worker_info(self.spec, plan, self.workdir))  # pyright: ignore[reportUnknownMemberType]
+        return actor_class.options(**options).remote(worker_info(self.spec, plan, self.workdir, self.run_id))  # pyright: ignore[reportUnknownMemberType]
 
     def _create_sub_master(self, role: RoleSpec, path: str) -> tuple[str, Any]:
         """A role's SubMaster: outside the placement groups, next to the PrimeMaster."""

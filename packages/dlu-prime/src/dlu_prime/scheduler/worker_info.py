@@ -11,12 +11,13 @@ from dlu_prime.scheduler.placement import ActorPlan
 from dlu_prime.worker.actor import WorkerInfo
 
 
-def identity_env(spec: JobSpec, plan: ActorPlan) -> dict[str, str]:
+def identity_env(spec: JobSpec, plan: ActorPlan, run_id: str = "") -> dict[str, str]:
     """The rank variables of one worker, as torchrun-style code expects them."""
     return {
         "DLU_JOB": spec.name,
         "DLU_ROLE": plan.role,
         "DLU_ACTOR": plan.name,
+        "DLU_RUN_ID": run_id,
         "ROLE_RANK": str(plan.rank),
         "ROLE_WORLD_SIZE": str(plan.world_size),
         "LOCAL_RANK": str(plan.local_rank),
@@ -26,7 +27,7 @@ def identity_env(spec: JobSpec, plan: ActorPlan) -> dict[str, str]:
     }
 
 
-def worker_info(spec: JobSpec, plan: ActorPlan, workdir: str | None) -> WorkerInfo:
+def worker_info(spec: JobSpec, plan: ActorPlan, workdir: str | None, run_id: str = "") -> WorkerInfo:
     role = spec.role(plan.role)
     return WorkerInfo(
         job=spec.name,
@@ -38,10 +39,11 @@ def worker_info(spec: JobSpec, plan: ActorPlan, workdir: str | None) -> WorkerIn
         node_rank=plan.node_rank,
         actor_name=plan.name,
         entrypoint=role.entrypoint,
-        env={**spec.env, **role.env, **identity_env(spec, plan)},
+        env={**spec.env, **role.env, **identity_env(spec, plan, run_id)},
         config=dict(spec.config),
         workdir=workdir,
         role_sizes={r.name: plan.world_size if r.name == plan.role else r.total for r in spec.roles},
         role_json=role.model_dump_json(),
         health_json=spec.health.model_dump_json(),
+        run_id=run_id,
     )
