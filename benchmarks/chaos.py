@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--faults must be >= 1")
     if args.reference_loss and args.steps is None:
         parser.error("--reference-loss needs --steps (the loss of an open-ended run is computed at its end)")
+    if args.out is not None and Path(args.out).is_dir() and any(Path(args.out).iterdir()):
+        # A former run's checkpoints, stop file and probe counter would steer this one.
+        parser.error(f"--out {args.out} is not empty: give a new or empty directory")
     try:
         args.kinds = parse_kinds(args.kinds)
     except ValueError as exc:

@@ -360,3 +360,73 @@ def test_missing_dlu_prime_is_named(driver_venv: Venv, tmp_path: Path) -> None:
     error = remote_errors.launch_failure("http://head:8265", "job", done.stdout + done.stderr)
     assert isinstance(error, ClusterSetupError)
     assert "dlu-prime is not installed on the Ray cluster at http://head:8265" in str(error)
+
+
+@pytest.mark.timeout(420)
+def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartbeats(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """The documented metrics of an elastic job while it runs: each node's node-check score
+    (still exported long after the one check that set it), a failover duration for the
+    in-place tier (a rank's process crashes at step 8) and for the role tier (`dlu debug
+    mark-unhealthy`), and the heartbeat age of the ranks, which stays small while they beat."""
+    spec = yaml.safe_load((ray_cluster.workdir / "examples/elastic/job.yaml").read_text())
+    spec.update(name="lm-metered", placement_strategy="SPREAD", master=ISOLATION)
+    role = spec["roles"][0]
+    role["entrypoint"] = (
+        f"examples/elastic/train_lm.py --steps 100000 --step-seconds 0.1 --crash-at-step 8 "
+        f"--crash-rank 1 --checkpoint-dir {tmp_path / 'ckpt'}"
+    )
+    role["elastic"]["node_check"] = {"matmul_size": 64, "allreduce_mb": 0.5, "timeout_s": 90}
+    address = ("--address", ray_cluster.address)
+    done = dlu(driver_venv, "submit", str(write_spec(tmp_path, spec)), *address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    def kinds() -> list[str]:
+        return [e["kind"] for e in status_json(driver_venv, "lm-metered", ray_cluster)["events"]]
+
+    try:
+        deadline = time.monotonic() + 240
+        while "inplace_restart" not in (seen := kinds()):
+            assert time.monotonic() < deadline, seen
+            time.sleep(1)
+        while True:  # every rank past the crash: the in-place restart is over (and timed)
+            current = status_json(driver_venv, "lm-metered", ray_cluster)
+            steps = [a["step"] or 0 for a in current["roles"][0]["actors"] if a["rank"] >= 0]
+            if len(steps) == 4 and min(steps) >= 12:
+                break
+            assert time.monotonic() < deadline, current
+            time.sleep(1)
+        marked = dlu(driver_venv, "debug", "lm-metered", "mark-unhealthy", "trainer", "--rank", "0", *address,
+                     cwd=tmp_path)  # fmt: skip
+        assert marked.returncode == 0, marked.stdout + marked.stderr
+        deadline = time.monotonic() + 240
+        while "failover_done" not in (seen := kinds()):
+            assert time.monotonic() < deadline, seen
+            time.sleep(1)
+        wanted = {
+            ("dlu_node_check_score_seconds", "node", "node-0"): lambda v: v > 0.0,
+            ("dlu_node_check_score_seconds", "node", "node-1"): lambda v: v > 0.0,
+            ("dlu_failover_duration_seconds_count", "tier", "in_place"): lambda v: v == 1.0,
+            ("dlu_failover_duration_seconds_sum", "tier", "in_place"): lambda v: 0.0 < v < 120.0,
+            ("dlu_failover_duration_seconds_count", "tier", "role"): lambda v: v == 1.0,
+            ("dlu_heartbeat_age_seconds", "role", "trainer"): lambda v: 0.0 <= v < 15.0,
+        }
+        deadline = time.monotonic() + 90  # Ray's agents export on their report interval
+        while True:
+            samples = [
+                s
+                for p in ray_cluster.metrics_ports.values()
+                for s in dlu_samples(scrape(p), "lm-metered").values()
+            ]
+            values = {k: value_of(samples, k[0], **{k[1]: k[2]}) for k in wanted}
+            if all(v is not None and wanted[k](v) for k, v in values.items()):
+                break
+            assert time.monotonic() < deadline, values
+            time.sleep(1)
+    finally:
+        dlu(driver_venv, "stop", "lm-metered", *address, cwd=tmp_path)
+    deadline = time.monotonic() + 90
+    while (final := status_json(driver_venv, "lm-metered", ray_cluster))["stage"] != "STOPPED":
+        assert time.monotonic() < deadline, final
+        time.sleep(1)

@@ -98,3 +98,19 @@ def test_kinds_parse_from_the_cli() -> None:
         ValueError, match=r"--kinds: unknown fault kind 'nope'; use 'all' or some of: proc_crash"
     ):
         parse_kinds("proc_crash,nope")
+
+
+def test_chaos_refuses_an_out_directory_a_former_run_left_files_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A former run's stop file and probe counter steered a new run (it killed an ElasticMaster
+    that did not exist yet): a non-empty --out is refused before anything starts."""
+    from chaos import parse_args
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "stop-at-step").write_text("13320")
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(["--minutes", "1", "--out", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert f"--out {tmp_path} is not empty: give a new or empty directory" in capsys.readouterr().err
+    assert parse_args(["--minutes", "1", "--out", str(tmp_path / "new")]).out == str(tmp_path / "new")

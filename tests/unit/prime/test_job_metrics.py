@@ -14,7 +14,7 @@ from dlu_api.status import JobStage
 from dlu_prime.master import metrics as metrics_module
 from dlu_prime.master.manager import new_state
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.state import JobState
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -148,3 +148,55 @@ def test_a_failing_recording_turns_metrics_off_without_raising(caplog: pytest.Lo
     assert not metrics.enabled
     metrics.failover_done("role", 1.0)  # silent now
     assert sum("bad tag" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_role_heartbeat_age_is_its_ranks_never_its_sub_master() -> None:
+    """An elastic role's SubMaster beats rarely; its age would hide the ranks' (issue: the age
+    grew without bound while every rank beat)."""
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    state = job_state()
+    state.actors["m.trainer.submaster"] = ActorRecord(
+        name="m.trainer.submaster", role="trainer", rank=SUB_MASTER_RANK
+    )
+    metrics.observe_state(state, {"m.trainer.submaster": 600.0, "m.trainer.0": 0.4, "m.trainer.1": 0.9})
+    assert backend.metrics["dlu_heartbeat_age_seconds"].last(role="trainer") == 0.9
+
+
+def test_node_scores_are_set_again_on_refresh_and_replaced_by_a_new_check() -> None:
+    """Ray exports a gauge only while it is set: a score set once vanished from the endpoint."""
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    metrics.refresh()  # nothing checked yet: nothing to set
+    scores = backend.metrics["dlu_node_check_score_seconds"]
+    assert scores.records == []
+    metrics.node_check_scores({"node-a": 1.0, "node-b": 5.2})
+    metrics.refresh()
+    metrics.refresh()
+    assert [t["node"] for _, t in scores.records].count("node-b") == 3
+    metrics.node_check_scores({"node-a": 0.7})
+    scores.records.clear()
+    metrics.refresh()
+    assert scores.records == [(0.7, {"dlu_job": "m", "node": "node-a"})]
+
+
+def test_recovery_durations_reach_the_histogram_for_node_relaunches_too() -> None:
+    """The hook times what the PrimeManager runs: failovers at their end, node relaunches."""
+    from dlu_api.status import JobEvent
+    from dlu_prime.master.changes import FailoverEnded, NodesRelaunched, StageChanged
+    from dlu_prime.master.hooks import failover_metrics
+    from dlu_prime.master.state import FailoverRecord, Tier
+
+    class Manager:
+        def __init__(self) -> None:
+            self.metrics = JobMetrics("m", FakeBackend())
+
+    manager = Manager()
+    timed = JobEvent(time=0.0, kind="x", message="", duration_s=2.5)
+    failover_metrics(manager, NodesRelaunched(["n1"], ["n2"], 2.5), [timed])  # type: ignore[arg-type]
+    record = FailoverRecord(tier=Tier.JOB, role=None, actors=["m.trainer.0"], reason="r", started_at=0.0)
+    failover_metrics(manager, FailoverEnded(record, None), [timed])  # type: ignore[arg-type]
+    failover_metrics(manager, FailoverEnded(record, "failed"), [timed])  # type: ignore[arg-type]
+    failover_metrics(manager, StageChanged(JobStage.RUNNING), [timed])  # type: ignore[arg-type]
+    backend = manager.metrics._failover  # pyright: ignore[reportPrivateUsage]
+    assert [(v, t["tier"]) for v, t in backend.records] == [(2.5, "node"), (2.5, "job")]  # type: ignore[attr-defined]

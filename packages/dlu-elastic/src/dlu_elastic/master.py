@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
+from dlu_elastic.inplace_timer import InPlaceTimer
 from dlu_elastic.node_check.plan import (
     NodeCheckVerdict,
     NodeResult,
@@ -33,6 +35,7 @@ from dlu_prime.worker.submaster import SubMaster
 logger = logging.getLogger(__name__)
 
 PROBE_GRACE_S = 30.0  # on top of the node check timeout: process start and teardown
+METRICS_REFRESH_S = 2.0  # Ray exports a gauge only while it is set: set ours again this often
 
 
 class ElasticMaster(SubMaster):
@@ -52,6 +55,10 @@ class ElasticMaster(SubMaster):
         self.stopping = False
         self._joined_round = -1  # a round whose failure joined a failover in flight
         self.last_failure = ""
+        self._inplace = InPlaceTimer()
+        self._timer_lock = threading.Lock()  # not self._lock: held across a PrimeMaster call
+        self._metrics: Any = None  # JobMetrics, created on first use (it imports Ray's metrics)
+        self._metrics_refreshed = 0.0
         servicer = ElasticServicer(
             self.rendezvous, on_heartbeat=self._on_heartbeat, on_failure=self._on_failure
         )
@@ -89,9 +96,7 @@ class ElasticMaster(SubMaster):
         pairs2 = pair_round2(round1, settings)
         round2 = self._check_round(2, pairs2, leaders, settings) if pairs2 else None
         verdict = judge(round1, round2, settings)
-        from dlu_prime.master.metrics import JobMetrics
-
-        JobMetrics(self.job).node_check_scores({n: s for n, s in verdict.scores.items() if s is not None})
+        self._job_metrics().node_check_scores({n: s for n, s in verdict.scores.items() if s is not None})
         scores = ", ".join(f"{n} {s:.3f}s" for n, s in sorted(verdict.scores.items()) if s is not None)
         self.record_event("node_check", f"{verdict.summary()} (scores: {scores})")
         if verdict.stragglers:
@@ -165,11 +170,38 @@ class ElasticMaster(SubMaster):
 
         with self._lock:
             new_round = self.rendezvous.new_round()
+        with self._timer_lock:
+            self._inplace.cancel()
         logger.info("role %s: failover of %s (round %d): %s", self.role, ", ".join(names), new_round, reason)
         self.restart_actors(names, reason)
         ray.get([ray.get_actor(n, namespace=NAMESPACE).start.remote() for n in names], timeout=120)
 
+    def _job_metrics(self) -> Any:
+        if self._metrics is None:
+            from dlu_prime.master.metrics import JobMetrics
+
+            self._metrics = JobMetrics(self.job)
+        return self._metrics
+
+    def _ranks(self) -> list[str]:
+        from dlu_prime.naming import actor_name
+
+        return [actor_name(self.job, self.role, rank) for rank in range(self.world_size)]
+
     def _on_heartbeat(self, request: pb.HeartbeatRequest) -> int:
+        now = time.monotonic()
+        with self._timer_lock:
+            took = self._inplace.beat(request.agent_id, request.round, request.step, now)
+            refresh = now - self._metrics_refreshed >= METRICS_REFRESH_S
+            if refresh:
+                self._metrics_refreshed = now
+        if took is not None:
+            logger.info(
+                "role %s: every rank training again %.2fs after the in-place restart", self.role, took
+            )
+            self._job_metrics().failover_done("in_place", took)
+        if refresh and self._metrics is not None:
+            self._metrics.refresh()
         return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
 
     def _on_failure(self, report: pb.FailureReport) -> None:
@@ -177,6 +209,7 @@ class ElasticMaster(SubMaster):
         (dedup). The PrimeMaster judges and counts it (so the count survives a restart of this
         master): a rank whose collective failed because a peer's actor died joins that peer's
         failover, which opens the next round itself."""
+        detected = time.monotonic()
         with self._lock:
             if report.round != self.rendezvous.round or self.stopping or report.round == self._joined_round:
                 return  # the round already moved on, or waits for a failover: being handled
@@ -191,7 +224,9 @@ class ElasticMaster(SubMaster):
                 logger.info("role %s: %s", self.role, decision.reason)
                 return
             self.restarts += 1
-            self.rendezvous.new_round()
+            new_round = self.rendezvous.new_round()
+            with self._timer_lock:
+                self._inplace.restarted(new_round, detected, self._ranks())
 
     def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
         import ray

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import ray
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 class PrimeMaster:
     def __init__(self, spec_json: str, workdir: str | None = None, resume: bool = False) -> None:
+        constructed = time.monotonic()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         spec = JobSpec.model_validate_json(spec_json)
         self.spec = spec
@@ -40,7 +42,8 @@ class PrimeMaster:
             self.extension = load_extension(spec, workdir)
         except ExtensionError as exc:
             extension_error = str(exc)
-        if was_reconstructed():
+        reconstructed = was_reconstructed()
+        if reconstructed:
             self.manager = self._recover(spec)
         elif resume:
             self.manager = PrimeManager.resume(spec, self.scheduler, self.store, extension=self.extension)
@@ -48,6 +51,10 @@ class PrimeMaster:
             self.manager = PrimeManager.create(spec, self.scheduler, self.store, extension=self.extension)
         self.scheduler.run_id = self.manager.state.run_id  # before any actor is created
         self.manager.metrics = JobMetrics(spec.name)
+        if reconstructed and self.manager.state.master_restart_count > 0:
+            # What this PrimeMaster sees of its tier: rebuilt -> state loaded and monitoring
+            # ready to resume (Ray's detection of the death came before it).
+            self.manager.metrics.failover_done("master", time.monotonic() - constructed)
         if extension_error is not None:  # the launcher checks first; this is the last guard
             self.manager.request_stop_failed(f"extension: {extension_error}")
         self._thread: threading.Thread | None = None

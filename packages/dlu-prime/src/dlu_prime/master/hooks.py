@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dlu_api.status import JobEvent
-from dlu_prime.master.changes import Change, FailoverEnded, StageChanged
+from dlu_prime.master.changes import Change, FailoverEnded, NodesRelaunched, StageChanged
 
 if TYPE_CHECKING:
     from dlu_prime.master.manager import PrimeManager
@@ -22,7 +22,17 @@ def log_stage(manager: PrimeManager, change: Change, events: list[JobEvent]) -> 
 
 
 def failover_metrics(manager: PrimeManager, change: Change, events: list[JobEvent]) -> None:
-    if manager.metrics is not None and isinstance(change, FailoverEnded) and change.error is None:
-        for event in events:
-            if event.duration_s is not None:
-                manager.metrics.failover_done(change.record.tier.value, event.duration_s)
+    """Durations of the recoveries the PrimeManager runs: role, SubMaster and job failovers
+    (their end) and node relaunches. The in-place tier is timed by the ElasticMaster that runs
+    it, the master tier by the rebuilt PrimeMaster."""
+    if manager.metrics is None:
+        return
+    if isinstance(change, FailoverEnded) and change.error is None:
+        tier = change.record.tier.value
+    elif isinstance(change, NodesRelaunched):
+        tier = "node"
+    else:
+        return
+    for event in events:
+        if event.duration_s is not None:
+            manager.metrics.failover_done(tier, event.duration_s)

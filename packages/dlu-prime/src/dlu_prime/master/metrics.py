@@ -6,6 +6,10 @@ The PrimeManager calls `JobMetrics` from its loop; none of it may ever break a j
 metrics cannot be created (no Ray, a unit test, an old Ray) or a recording fails, `JobMetrics`
 logs once and carries on as a no-op. The backend is injectable so tests can see the values.
 
+Ray's agent exports a gauge only while it is being set: one set once (a node check's scores)
+vanished from the endpoint. Gauges are therefore set again on every look (`observe_state`) or,
+where nothing looks regularly, by `refresh` (the ElasticMaster calls it as its ranks beat).
+
 Every metric carries the `dlu_job` tag (not `job`: Prometheus sets that one to its scrape job
 and would rename ours `exported_job`). Names follow Prometheus conventions (`_seconds`, `_total`);
 Ray may prefix them (`ray_`) on export.
@@ -19,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from dlu_api.status import JobStage
-from dlu_prime.master.state import JobState
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +135,7 @@ class JobMetrics:
         self._lock = threading.Lock()
         self._restarts_seen: dict[str, int] = {}
         self._role_restarts_seen: dict[str, int] = {}
+        self._scores: dict[str, float] = {}
         try:
             metrics = backend if backend is not None else RayMetricsBackend()
             self._stage = metrics.gauge(
@@ -151,7 +156,7 @@ class JobMetrics:
             )
             self._heartbeat_age = metrics.gauge(
                 "dlu_heartbeat_age_seconds",
-                "age of the oldest heartbeat among a role's actors",
+                "age of the oldest heartbeat among a role's workers (ranks; never its SubMaster)",
                 ("dlu_job", "role"),
             )
             self._failover = metrics.histogram(
@@ -180,8 +185,9 @@ class JobMetrics:
             _warn_once(f"job {self.job}: recording {what} failed", exc)
 
     def observe_state(self, state: JobState, heartbeat_ages: Mapping[str, float]) -> None:
-        """Stage, restart counters and heartbeat age per role (the max over the role's actors);
-        `heartbeat_ages` maps actor name -> seconds since its last heartbeat."""
+        """Stage, restart counters and heartbeat age per role (the max over the role's workers;
+        a SubMaster's own age says nothing of its ranks); `heartbeat_ages` maps actor name ->
+        seconds since its last heartbeat."""
 
         def record() -> None:
             job = {"dlu_job": self.job}
@@ -201,7 +207,7 @@ class JobMetrics:
             oldest: dict[str, float] = {}
             for actor, age in heartbeat_ages.items():
                 found = state.actors.get(actor)
-                if found is not None:
+                if found is not None and found.rank != SUB_MASTER_RANK:
                     oldest[found.role] = max(age, oldest.get(found.role, 0.0))
             for role, age in oldest.items():
                 self._heartbeat_age.record(age, {**job, "role": role})
@@ -226,10 +232,17 @@ class JobMetrics:
         )
 
     def node_check_scores(self, scores: Mapping[str, float]) -> None:
-        """Each node's node-check score (seconds, lower is better)."""
+        """Each node's node-check score (seconds, lower is better), kept for `refresh`; a new
+        check replaces the last one's scores."""
+        with self._lock:
+            self._scores = dict(scores)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Set the kept gauges again so that Ray keeps exporting them."""
 
         def record() -> None:
-            for node, score in scores.items():
+            for node, score in self._scores.items():
                 self._node_score.record(score, {"dlu_job": self.job, "node": node})
 
         self._safely("node check scores", record)
