@@ -22,11 +22,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 HERE = str(Path(__file__).parent)
 
 
-def scale_spec(name: str, workers: int = 2, **env: str) -> JobSpec:
+def scale_spec(
+    name: str, workers: int = 2, entrypoint: str = "scale_workloads:forever", **env: str
+) -> JobSpec:
     def role(role_name: str, total: int, driver: bool) -> dict[str, Any]:
         return {
             "name": role_name,
-            "entrypoint": "scale_workloads:forever",
+            "entrypoint": entrypoint if role_name == "workers" else "scale_workloads:forever",
             "total": total,
             "is_driver": driver,
             "resources": {"cpu": 0.05},
@@ -190,4 +192,42 @@ def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_ses
     actors, groups = leftovers(job)
     assert sorted(a for a in actors if ".workers." in a) == [f"{job}.workers.{r}" for r in range(3)]
     assert [g for g in groups if ".pg.workers." in g] == [f"{job}.pg.workers.2"]
+    stop_and_check_clean(spec)
+
+
+def test_shards_of_stopped_workers_go_back_and_every_record_is_counted_once(ray_session: Any) -> None:
+    """Dynamic sharding across `dlu scale` 4 -> 2: the shards the two stopped workers held go
+    back to todo, the two kept workers finish the dataset, and the counts every worker kept
+    with its completions add up to the dataset exactly (nothing lost, nothing done twice)."""
+    from dlu_prime import launcher
+    from dlu_prime.runtime.sharding import ShardQueue
+
+    spec = scale_spec("scale-shards", workers=4, entrypoint="scale_workloads:slow_shards")
+    job = spec.name
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 4))
+    queue_holder: list[ShardQueue] = []
+
+    def holding() -> set[str]:
+        if not queue_holder:
+            try:
+                queue_holder.append(ShardQueue.open(job, "data"))
+            except Exception:
+                return set()
+        return set(queue_holder[0].doing().values())
+
+    stopped = {f"{job}.workers.2", f"{job}.workers.3"}
+    wait_until("workers 2 and 3 holding shards", lambda: stopped <= holding())
+    shrunk = launcher.scale_job(job, "workers", 2)
+    assert shrunk["done"] and not shrunk["failed"], shrunk
+    queue = queue_holder[0]
+    wait_until("the dataset done", queue.finished, timeout_s=120)
+    progress = queue.progress()
+    assert progress["done"] == 20 and not queue.doing(), progress
+    workers = [f"{job}.workers.{r}" for r in range(4)]
+    assert sum(queue.restore(w) or 0 for w in workers) == 60
+    status = status_of(job)
+    (told,) = events(status, "shards_requeued")
+    assert "shard queue 'data'" in told
+    assert not events(status, "failover_started") and not events(status, "died")
     stop_and_check_clean(spec)

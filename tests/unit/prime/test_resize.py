@@ -237,3 +237,21 @@ def test_a_max_total_below_total_is_a_spec_problem_naming_the_fix() -> None:
 
     with pytest.raises(SpecError, match=r"max_total.*below total=2.*set max_total to 2 or more"):
         build_spec([role("trainer", 1), role("workers", 2, is_driver=False, max_total=1)])
+
+
+def test_shards_a_stopped_actor_held_go_back_to_todo_and_are_told_once() -> None:
+    """Dynamic sharding across a shrink: the shards the surplus actors held return to the queue's
+    todo (nothing lost), after they are stopped; a retried resume hands nothing back twice."""
+    manager, sim, _ = started(MemoryStateStore())
+    manager.registry.register_channel("data", "shards", "job.shards.data")
+    manager.registry.register_channel("feed", "channel", "job.channel.feed")
+    manager.resizer.request("workers", 4)
+    manager.resizer.resume()
+    sim.held_shards = {"data": {W(3): [7, 9], W(2): [4], W(0): [1]}}
+    manager.resizer.request("workers", 2)
+    manager.resizer.resume()
+    assert sim.held_shards == {"data": {W(0): [1]}}  # the kept worker keeps its shard
+    (told,) = [e.message for e in manager.state.events if e.kind == "shards_requeued"]
+    assert told == "shard queue 'data': shards [7, 9, 4] of stopped actors back in todo"
+    manager.resizer.resume()
+    assert [e.kind for e in manager.state.events].count("shards_requeued") == 1

@@ -12,8 +12,8 @@ keeps a `nodes` slot so an elastic resize (node counts) can be added without a s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
@@ -51,9 +51,11 @@ class ResizeBegan:
 
 @dataclass(frozen=True)
 class ResizeEnded:
-    """The in-flight resize is over, on every path; `error` when it failed."""
+    """The in-flight resize is over, on every path; `error` when it failed. `requeued`: shard
+    queue -> the shard ids the stopped actors held, handed back to the queue's todo."""
 
     error: str | None = None
+    requeued: Mapping[str, Sequence[int]] = field(default_factory=dict[str, Sequence[int]])
 
 
 def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
@@ -143,10 +145,18 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
         state.actors.pop(name, None)
     took = now - record.started_at
     what = f"resize {record.old_size} -> {record.new_size} ({record.cause})"
+    handed_back: list[EventSpec] = [
+        ("shards_requeued", f"shard queue {queue!r}: shards {list(ids)} of stopped actors back in todo", None)
+        for queue, ids in sorted(change.requeued.items())
+        if ids
+    ]
     if change.error is None:
-        return [("resize_done", f"{what} done in {took:.2f}s", took)]
+        return [*handed_back, ("resize_done", f"{what} done in {took:.2f}s", took)]
     size = role_size(state, record.role)
-    return [("resize_failed", f"{what} failed after {took:.2f}s, role left at {size}: {change.error}", took)]
+    return [
+        *handed_back,
+        ("resize_failed", f"{what} failed after {took:.2f}s, role left at {size}: {change.error}", took),
+    ]
 
 
 def resizing(state: JobState) -> set[str]:

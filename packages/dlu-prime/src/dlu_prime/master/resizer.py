@@ -75,6 +75,7 @@ class ResizeRunner:
         if record is None:
             return
         error: str | None = None
+        requeued: dict[str, list[int]] = {}
         try:
             if record.added:
                 waiting = [n for n in record.added if m.state.actors[n].stage is ActorStage.INIT]
@@ -86,6 +87,10 @@ class ResizeRunner:
                 m.scheduler.start([n for n in record.added if n in targets])
             if record.removed:
                 m.scheduler.remove_actors(list(record.removed))
+                # Only once they are gone: a stopped worker can no longer take a shard back.
+                queues = [c.name for c in m.state.channels.values() if c.kind == "shards"]
+                if queues:
+                    requeued = m.scheduler.requeue_shards(queues, list(record.removed))
         except FencedError:
             raise
         except Exception as exc:
@@ -96,6 +101,6 @@ class ResizeRunner:
                     m.scheduler.remove_actors(list(record.added))
                 except Exception:
                     logger.exception("job %s: removing the actors of a failed resize failed", m.state.job)
-        m.apply(ResizeEnded(error))
+        m.apply(ResizeEnded(error, requeued))
         with self._done:
             self._done.notify_all()

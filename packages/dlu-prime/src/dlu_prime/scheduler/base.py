@@ -140,6 +140,15 @@ class Scheduler(ABC):
         """Stop and remove these actors and the placement groups only they used. Idempotent."""
         raise SchedulingError(f"{type(self).__name__} cannot resize roles")
 
+    def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
+        """Hand the shards these (stopped) workers held in the job's shard queues back to each
+        queue's todo; queue -> ids handed back. Idempotent: a shard is handed back once.
+
+        Raises:
+            SchedulingError: this scheduler cannot reach shard queues (it cannot resize either).
+        """
+        raise SchedulingError(f"{type(self).__name__} cannot resize roles")
+
     def know(self, role: str, ranks: Sequence[int], world_size: int) -> None:
         """Actors a resize added earlier (found in the state by a restarted PrimeMaster), so a
         later restart recreates them where they belong. A scheduler that cannot resize: nothing."""

@@ -359,6 +359,17 @@ class RayScheduler(Scheduler):
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
 
+    def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
+        from dlu_prime.runtime.sharding import ShardQueue
+
+        out: dict[str, list[int]] = {}
+        for name in queues:
+            queue = ShardQueue.open(self.spec.name, name)
+            ids = [shard for worker in workers for shard in queue.requeue(worker)]
+            if ids:
+                out[name] = ids
+        return out
+
     def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
         wanted = set(node_ids)
         try:

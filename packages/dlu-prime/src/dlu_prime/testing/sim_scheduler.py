@@ -53,6 +53,8 @@ class SimScheduler(Scheduler):
         self.cleaned_up = False
         self.added: list[str] = []  # every add_actors / remove_actors call, in order
         self.removed: list[str] = []
+        self.held_shards: dict[str, dict[str, list[int]]] = {}
+        """Shard queue -> worker -> ids it holds (set by a test); `requeue_shards` hands them back."""
         self._refresh(self.nodes)
 
     # simulation controls ---------------------------------------------------------------------
@@ -158,6 +160,15 @@ class SimScheduler(Scheduler):
             self.stages.pop(name, None)
             self._seen.pop(name, None)
             self.removed.append(name)
+
+    def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for queue in queues:
+            held = self.held_shards.get(queue, {})
+            ids = [shard for worker in workers for shard in held.pop(worker, [])]
+            if ids:
+                out[queue] = ids
+        return out
 
     def stop(self, names: Sequence[str]) -> None:
         self._set([n for n in names if not _terminal(self.stages.get(n))], ActorStage.FINISH)
