@@ -37,7 +37,7 @@ roles:
   - name: trainer
     kind: elastic
     entrypoint: {entrypoint}
-    resources: {{cpu: {cpu}}}
+    resources: {{cpu: {cpu}, memory: {memory}}}
     elastic: {{nnodes: 1, nproc_per_node: 1}}
 """
 
@@ -66,9 +66,16 @@ def private_dirs(tmp_path: Path) -> Iterator[tuple[str, ...]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def dlu_run(tmp_path: Path, dirs: tuple[str, ...], name: str, entrypoint: str, cpu: float) -> Run:
+def dlu_run(
+    tmp_path: Path,
+    dirs: tuple[str, ...],
+    name: str,
+    entrypoint: str,
+    cpu: float,
+    memory: str = "256MiB",
+) -> Run:
     spec = tmp_path / f"{name}.yaml"
-    spec.write_text(SPEC.format(name=name, entrypoint=entrypoint, cpu=cpu))
+    spec.write_text(SPEC.format(name=name, entrypoint=entrypoint, cpu=cpu, memory=memory))
     home, ray_tmp, zygotes = dirs
     env = {**os.environ, "DLU_HOME": home, "RAY_TMPDIR": ray_tmp, "DLU_ZYGOTE_DIR": zygotes}
     done = subprocess.run(
@@ -113,14 +120,14 @@ def test_a_missing_script_is_refused_before_ray_or_a_zygote_starts(
     assert_nothing_started(run)
 
 
-def test_more_cpus_than_this_machine_has_is_refused_before_anything_starts(
+def test_more_memory_than_this_machine_has_is_refused_before_anything_starts(
     tmp_path: Path, private_dirs: tuple[str, ...]
 ) -> None:
-    cpus = 64 * (os.cpu_count() or 1)
-    run = dlu_run(tmp_path, private_dirs, "too-big", "elastic_script.py", cpu=cpus)
+    # CPUs are oversubscribed on a local run (as torchrun does); memory the machine lacks is not.
+    run = dlu_run(tmp_path, private_dirs, "too-big", "elastic_script.py", cpu=0.1, memory="64TiB")
     assert run.code == EXIT_USAGE, run.stderr
-    assert "roles[trainer].resources.cpu: the job needs" in run.stderr
+    assert "roles[trainer].resources.memory: the job needs" in run.stderr
     assert "but this machine has" in run.stderr
-    assert "lower roles[trainer].resources.cpu (or roles[trainer].total)" in run.stderr
+    assert "lower roles[trainer].resources.memory (or roles[trainer].total)" in run.stderr
     assert "Traceback" not in run.stderr
     assert_nothing_started(run)

@@ -20,6 +20,8 @@ TORCHRUN = ["torchrun", "--nnodes=2", "--nproc-per-node=2", "examples/elastic/al
 def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(machine.RAY_OVERRIDE_ENV, raising=False)
     monkeypatch.setattr(machine, "_cpu_bound", lambda root: 2.0)
+    # An earlier test in this process may have left a Ray running: check_local then defers to it.
+    monkeypatch.setattr(preflight, "_ray_running", lambda: False)
 
 
 @pytest.mark.usefixtures("two_cores")
