@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -71,8 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_emit_lock = threading.Lock()
+
+
 def _emit(text: str) -> None:
-    print(text, flush=True)
+    """One whole line (the mailbox answers from worker threads)."""
+    with _emit_lock:
+        print(text, flush=True)
 
 
 def _error(kind: str, message: str, **extra: Any) -> None:
@@ -97,8 +103,11 @@ def _launch(args: argparse.Namespace) -> int:
     workdir = args.workdir or os.getcwd()
     preflight.check(spec, workdir)  # what needs no Ray, before joining it
     ray_env.connect(args.address)
-    from dlu_prime import launcher
+    from dlu_prime import launcher, mailbox
+    from dlu_prime.publish import StatusPublisher, status_interval_s
 
+    publisher = StatusPublisher(_emit, status_interval_s())
+    box = mailbox.Mailbox(spec.name, _emit)
     signal.signal(signal.SIGTERM, _raise_terminated)
     created = False
     try:
@@ -106,17 +115,15 @@ def _launch(args: argparse.Namespace) -> int:
         created = True
         from dlu_prime.compat import installed_version
 
-        _emit(wire.line(wire.ACCEPTED, {"name": spec.name, "dlu_prime": installed_version("dlu-prime")}))
+        accepted = {"name": spec.name, "dlu_prime": installed_version("dlu-prime")}
+        _emit(wire.line(wire.ACCEPTED, {**accepted, wire.MAILBOX: mailbox.supported()}))
         printer = ProgressPrinter(_emit)
-        stage: list[str] = []
 
         def on_update(status: JobStatus) -> None:
             printer(status)
-            if stage[-1:] != [status.stage.value]:
-                stage.append(status.stage.value)
-                _emit(wire.status_line(status))
+            publisher(status)
 
-        final = launcher.wait_job(spec, on_update)
+        final = launcher.wait_job(spec, on_update, on_poll=box.poll)
     except _Terminated:
         # The PrimeMaster is detached: without this, the job would outlive a stopped Ray job.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -124,8 +131,10 @@ def _launch(args: argparse.Namespace) -> int:
             launcher.stop_job(spec.name, "its Ray job was stopped")
         _emit(f"[{spec.name}] stop requested: the Ray job running the launcher was stopped")
         return 143
+    finally:
+        box.close()
     _emit(status_text(final, events=10))
-    _emit(wire.status_line(final))
+    publisher.final(final)
     return final.exit_code if final.exit_code is not None else 1
 
 

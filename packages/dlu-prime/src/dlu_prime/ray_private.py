@@ -262,20 +262,20 @@ def placement_group(pg_id_hex: str) -> Any | None:
     return PlacementGroup(_get("placement_group_id")(pg_id_hex))
 
 
-def kv_get(key: str, namespace: str) -> bytes | None:
+def kv_get(key: str, namespace: str | None) -> bytes | None:
     return _get("kv_get")(key, namespace=namespace)
 
 
-def kv_put_if_absent(key: str, value: bytes, namespace: str) -> bool:
+def kv_put_if_absent(key: str, value: bytes, namespace: str | None) -> bool:
     """Create `key` unless it exists; True means it already existed (nothing written)."""
     return bool(_get("kv_put")(key, value, overwrite=False, namespace=namespace))
 
 
-def kv_delete(key: str, namespace: str, *, by_prefix: bool = False) -> None:
+def kv_delete(key: str, namespace: str | None, *, by_prefix: bool = False) -> None:
     _get("kv_del")(key, del_by_prefix=by_prefix, namespace=namespace)
 
 
-def kv_keys(prefix: str, namespace: str) -> list[bytes]:
+def kv_keys(prefix: str, namespace: str | None) -> list[bytes]:
     return list(_get("kv_list")(prefix, namespace=namespace))
 
 
