@@ -202,15 +202,12 @@ class RemoteJobClient(JobClient):
         runs = [job for job in self._list_raw() if self._dlu_job_name(job) == name]
         return sorted(runs, key=lambda job: -float(job.get("start_time") or 0))
 
-    def _newest(self, name: str) -> dict[str, Any]:
-        """The newest run's record, as the job list gives it (status, message, exit code)."""
+    def _sid(self, name: str) -> str:
+        """The Ray job of the newest run of `name`."""
         runs = self._runs(name)
         if not runs:
             raise JobNotFoundError(f"no job named {name!r} on {self.address}; `dlu list` shows the jobs.")
-        return runs[0]
-
-    def _sid(self, name: str) -> str:
-        return str(self._newest(name)["submission_id"])
+        return str(runs[0]["submission_id"])
 
     def _log_text_by_id(self, sid: str, name: str) -> str:
         response = self._request("GET", f"/api/jobs/{sid}/logs")
@@ -275,10 +272,10 @@ class RemoteJobClient(JobClient):
 
     # status, events ----------------------------------------------------------------------------
     def status(self, name: str) -> JobStatus:
-        """What the launcher last published: two requests (the job list, the log), no Ray job."""
-        info = self._newest(name)
-        log_text = self._log_text_by_id(str(info["submission_id"]), name)
-        return remote_status.status_from(name, self.address, info, log_text)
+        """What the launcher last published: three requests (job list, job, log), no Ray job."""
+        sid = self._sid(name)
+        info = self._job_info_by_id(sid, name)
+        return remote_status.status_from(name, self.address, info, self._log_text_by_id(sid, name))
 
     def events(self, name: str) -> list[JobEvent]:
         """The whole timeline: every event the launcher wrote to its log."""
@@ -305,8 +302,8 @@ class RemoteJobClient(JobClient):
             JobNotFoundError: no such job, or it is not running.
             ClusterSetupError: its launcher reads no requests (an older dlu-prime).
         """
-        info = self._newest(name)
-        sid = str(info["submission_id"])
+        sid = self._sid(name)
+        info = self._job_info_by_id(sid, name)
         if str(info.get("status")) in TERMINAL:
             raise JobNotFoundError(f"job {name!r} on {self.address} has stopped: {what} needs a running job")
         report = wire.parse_log(self._log_text_by_id(sid, name))
@@ -340,9 +337,8 @@ class RemoteJobClient(JobClient):
     def stop(self, name: str) -> None:
         """Ask the PrimeMaster to stop through the job's mailbox (the launcher then cleans up and
         ends); a job whose launcher has not started DLU yet is stopped through Ray."""
-        info = self._newest(name)
-        sid = str(info["submission_id"])
-        if str(info.get("status")) in TERMINAL:
+        sid = self._sid(name)
+        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
             return
         report = wire.parse_log(self._log_text_by_id(sid, name))
         if report.accepted is not None and report.accepted.get(wire.MAILBOX):
