@@ -238,6 +238,15 @@ def test_name_of_a_finished_job_is_reused(server: FakeRayJobServer, client: Remo
     assert [j.name for j in client.list_jobs()] == ["demo"]
 
 
+def test_name_of_a_job_whose_launcher_reported_its_end_is_free(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    """The launcher writes the final status, then exits: Ray still says RUNNING meanwhile."""
+    final = JobStatus(name="demo", stage=JobStage.STOPPED, exit_code=0)
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(final)]))
+    assert client.submit(demo_spec()) == "demo"
+
+
 def test_name_taken_by_a_pending_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["PENDING"]))
     with pytest.raises(JobNameTakenError, match="still PENDING"):

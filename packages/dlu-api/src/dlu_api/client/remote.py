@@ -230,7 +230,7 @@ class RemoteJobClient(JobClient):
         if runtime_dir is not None and "://" not in runtime_dir:
             remote_upload.package(Path(runtime_dir).expanduser())  # too big: refused before any request
         for run in self._runs(spec.name):  # a finished run leaves the name free
-            if str(run.get("status")) not in TERMINAL:
+            if str(run.get("status")) not in TERMINAL and not self._reported_end(run, spec.name):
                 raise errors.name_taken(spec.name, self.address, str(run.get("status")))
         body: dict[str, Any] = {
             "entrypoint": launch_entrypoint(spec, resume, cluster_dir),
@@ -248,6 +248,11 @@ class RemoteJobClient(JobClient):
             raise errors.http_error(self.address, response, "the cluster refused the job")
         self._await_acceptance(spec.name, str(body["submission_id"]))
         return spec.name
+
+    def _reported_end(self, run: dict[str, Any], name: str) -> bool:
+        """Whether a run's launcher has written the job's end (it is exiting: the name is free)."""
+        current = wire.parse_log(self._log_text_by_id(str(run["submission_id"]), name)).current
+        return current is not None and current.finished
 
     def _await_acceptance(self, name: str, sid: str) -> None:
         """Wait for the launcher's verdict, so a refused job fails `submit` with the reason."""
