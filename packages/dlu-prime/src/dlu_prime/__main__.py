@@ -1,7 +1,10 @@
-"""`python -m dlu_prime launch|stop|status`: the entrypoints a Ray cluster runs for a DLU job.
+"""`python -m dlu_prime launch|stop|status|debug|scale`: DLU's commands on a Ray cluster.
 
-A remote driver (dlu-api alone, Ray Jobs REST API) submits these as Ray jobs and reads their
-log, so besides human-readable lines they print the wire lines of `dlu_api.client.wire`.
+A remote driver (dlu-api alone, Ray Jobs REST API) submits `launch` as a Ray job and reads its
+log, so besides human-readable lines it prints the wire lines of `dlu_api.client.wire`: the
+job's events and status as they change, and the answers to the requests the driver leaves in
+its mailbox (`dlu_prime.mailbox`). The other commands do the same things from a shell on the
+cluster (or `ray job submit -- python -m dlu_prime status JOB`); the driver does not use them.
 Exit codes: the job's own for `launch`; 0 ok; 1 no such job; 2 refused; 3 version mismatch.
 """
 
