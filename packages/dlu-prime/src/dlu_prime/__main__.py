@@ -105,11 +105,17 @@ def _launch(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec else spec_from_dict(json.loads(args.spec_json))
     workdir = args.workdir or os.getcwd()
     preflight.check(spec, workdir)  # what needs no Ray, before joining it
-    ray_env.connect(args.address)
-    from dlu_prime import launcher, mailbox
     from dlu_prime.publish import StatusPublisher, status_interval_s
 
-    publisher = StatusPublisher(_emit, status_interval_s())
+    try:
+        interval_s = status_interval_s()
+    except ValueError as exc:
+        _error(wire.KIND_OTHER, str(exc))
+        return EXIT_REFUSED
+    ray_env.connect(args.address)
+    from dlu_prime import launcher, mailbox
+
+    publisher = StatusPublisher(_emit, interval_s)
     box = mailbox.Mailbox(spec.name, _emit)
     signal.signal(signal.SIGTERM, _raise_terminated)
     created = False
