@@ -768,3 +768,14 @@ def test_scale_of_a_stopped_job_is_refused(server: FakeRayJobServer, client: Rem
     add_job(server, FakeJob(statuses=["SUCCEEDED"]))
     with pytest.raises(JobNotFoundError, match="dlu scale needs a running job"):
         client.scale("demo", "workers", 3)
+
+
+def test_workdir_forms(tmp_path: Any) -> None:
+    from dlu_api.client.remote import working_dir
+
+    here = str(tmp_path)
+    assert working_dir(None) == (None, None)
+    assert working_dir(here) == (None, here)  # a directory on this machine: uploaded
+    assert working_dir(f"cluster:{here}") == (here, None)  # named on the nodes, even if here too
+    assert working_dir("/srv/app-only-on-the-nodes") == ("/srv/app-only-on-the-nodes", None)
+    assert working_dir("s3://bucket/code.zip") == (None, "s3://bucket/code.zip")  # Ray fetches it
