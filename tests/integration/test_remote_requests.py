@@ -147,12 +147,20 @@ def test_workdir_is_uploaded_from_a_dlu_api_only_driver(
     done = dlu(driver_venv, "run", str(path), *address, "--workdir", str(code), cwd=tmp_path, env=env_limit)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "job uploaded: STOPPED (exit code 0)" in done.stdout
-    logs = httpx.get(f"{ray_cluster.address}/api/jobs/", timeout=30).json()
-    (run,) = [j for j in logs if (j.get("metadata") or {}).get("dlu_job") == "uploaded"]
+    listed = httpx.get(f"{ray_cluster.address}/api/jobs/", timeout=30).json()
+    (run,) = [j for j in listed if (j.get("metadata") or {}).get("dlu_job") == "uploaded"]
     assert str(run["runtime_env"]["working_dir"]).startswith("gcs://_ray_pkg_")
 
-    again = dlu(driver_venv, "run", str(path), *address, "--workdir", str(code), cwd=tmp_path, env=env_limit)
-    assert again.returncode == 0, again.stdout + again.stderr  # the same package, found on the cluster
+    # `dlu submit` uploads the same way; the same content is found on the cluster, not sent again
+    again = dlu(
+        driver_venv, "submit", str(path), *address, "--workdir", str(code), cwd=tmp_path, env=env_limit
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    follow = dlu(driver_venv, "logs", "-f", "uploaded", *address, cwd=tmp_path)
+    assert "job uploaded: STOPPED (exit code 0)" in follow.stdout, follow.stdout + follow.stderr
+    runs = [j for j in httpx.get(f"{ray_cluster.address}/api/jobs/", timeout=30).json()
+            if (j.get("metadata") or {}).get("dlu_job") == "uploaded"]  # fmt: skip
+    assert len(runs) == 2 and len({r["runtime_env"]["working_dir"] for r in runs}) == 1
 
 
 def test_run_no_wait_returns_once_running(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
