@@ -27,9 +27,11 @@ happen without libcuda loaded (where there is no driver, nothing can load it: an
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 from types import FrameType
@@ -75,7 +77,13 @@ _PY_ENTRY_POINTS = {
         "current_stream",
     },
 }
-_PY_ENTRY_MODULES = ("pynvml", "amdsmi")  # any call into these
+# NVML / AMD SMI bindings: their functions named after the C API (nvmlInit, amdsmi_init, ...)
+# and the loaders of their libraries. Importing the binding runs only its module and class
+# bodies, which touch no driver (seen on an H200: torch.cuda imports pynvml where installed).
+_PY_ENTRY_MODULES = {
+    "pynvml": ("nvml", "_LoadNvmlLibrary", "_nvmlGetFunctionPointer"),
+    "amdsmi": ("amdsmi_",),
+}
 # torch._C builtins that are CUDA entry points: every `_cuda_*` (verified: even
 # `_cuda_getArchFlags` marks a later fork bad) but the flag read below, and the accelerator
 # hooks but the compile-time `_accelerator_getAccelerator` (verified: no bad fork after it).
@@ -104,7 +112,11 @@ def _python_entry(frame: FrameType) -> str | None:
         return _verdicts[code]
     module = str(frame.f_globals.get("__name__", ""))
     verdict: str | None = None
-    if code.co_name in _PY_ENTRY_POINTS.get(module, ()) or module.split(".")[0] in _PY_ENTRY_MODULES:
+    binding = _PY_ENTRY_MODULES.get(module.split(".")[0])
+    is_function = bool(code.co_flags & inspect.CO_OPTIMIZED)  # not a module or class body
+    if code.co_name in _PY_ENTRY_POINTS.get(module, ()) or (
+        binding is not None and is_function and code.co_name.startswith(binding)
+    ):
         verdict = f"{module}.{code.co_name}"
     elif module == "ctypes" and code.co_name == "__init__" and "handle" in code.co_varnames:
         verdict = "ctypes.CDLL"  # judged per call: which library
@@ -137,6 +149,22 @@ def _driver_libraries_mapped() -> list[str]:
             if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(_DRIVER_LIBRARIES):
                 found.add(fields[5].strip())
     return sorted(found)
+
+
+def _mapped_by_torch_import() -> list[str]:
+    """Driver libraries a bare `import torch` maps in a fresh interpreter. CUDA 13's cuBLASLt
+    dlopens libcuda.so.1 while torch loads (seen on an H200, torch 2.11+cu130): a mapping, not an
+    initialisation, which every process importing torch has and a fork survives (the children of
+    such a zygote used CUDA there). A phase may map nothing beyond it."""
+    code = (
+        "import json, os, torch; print(json.dumps(sorted({l.split(maxsplit=5)[5].strip() "
+        "for l in open('/proc/self/maps') if len(l.split(maxsplit=5)) == 6 and "
+        f"os.path.basename(l.split(maxsplit=5)[5].strip()).startswith({_DRIVER_LIBRARIES!r})}})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _child_in_bad_fork() -> bool:
@@ -233,6 +261,7 @@ def main(phases: list[str]) -> None:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # pyright: ignore[reportArgumentType]
+    report["torch_import"] = {"driver_mapped": _mapped_by_torch_import()}
     print(json.dumps(report), flush=True)
 
 

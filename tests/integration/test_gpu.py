@@ -4,7 +4,9 @@ with `nvidia-smi -L` or /proc/driver/nvidia, never with torch.cuda in this proce
 - training processes forked from the zygote each use CUDA on the GPU their environment names,
   which they could not if the zygote had initialised CUDA (a bad fork refuses CUDA);
 - benchmarks/gpu_smoke.py: 2 NCCL ranks through `dlu run`, the node check on NCCL, one crash
-  and in-place restart.
+  and in-place restart;
+- benchmarks/gpu_fork_restart.py: ranks forked from the zygote on NCCL crash and are forked again
+  (one GPU is enough, no Ray).
 """
 
 from __future__ import annotations
@@ -77,6 +79,23 @@ def test_gpu_smoke_through_dlu_run(gpu_smoke: ModuleType) -> None:
         capture_output=True,
         text=True,
         timeout=560,
+    )
+    output = (done.stdout + done.stderr)[-6000:]
+    assert done.returncode == 0, output
+    assert "PASSED" in done.stdout, output
+
+
+@pytest.mark.timeout(400)
+def test_gpu_ranks_crash_and_fork_again_from_the_zygote_on_nccl(gpu_smoke: ModuleType) -> None:
+    """benchmarks/gpu_fork_restart.py: one GPU is enough, and no Ray is needed."""
+    if not gpu_smoke.visible_gpus():
+        pytest.skip("no NVIDIA GPU visible (nvidia-smi -L, /proc/driver/nvidia/gpus)")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_fork_restart.py"), "--restarts", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=360,
     )
     output = (done.stdout + done.stderr)[-6000:]
     assert done.returncode == 0, output

@@ -1,7 +1,8 @@
 """Nothing that forks may have touched CUDA: the torch zygote's preload, the node-check probe a
 child of it runs on CPU, and the Ray zygote's preload, each run under a profiler hook that
 records every call into CUDA, NVML or AMD SMI (tests/integration/cuda_watch.py). No GPU is
-needed: the calls happen, and fail quietly, without one. A control case (device_count) proves
+needed: the calls happen, and fail quietly, without one (on an H200 the same checks pass, and
+children forked after the preload use CUDA: tests/integration/test_gpu.py). A control case (device_count) proves
 the hook sees such a call."""
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def watch(*phases: str) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def beyond_torch_import(watched: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    """The driver libraries a phase mapped beyond what a bare `import torch` maps (on CUDA 13,
+    libcuda itself: cuBLASLt dlopens it at load, without initialising CUDA)."""
+    return sorted(set(info["driver_mapped"]) - set(watched["torch_import"]["driver_mapped"]))
+
+
 @pytest.fixture(scope="module")
 def torch_paths() -> dict[str, Any]:
     """One interpreter: the zygote's preload, the probe a child of it runs, then the control."""
@@ -53,7 +60,7 @@ def test_zygote_preload_calls_no_cuda(torch_paths: dict[str, Any]) -> None:
     assert "torch" in info["loaded"]
     assert report["calls"] == [], "the zygote's preload called into CUDA:\n" + "\n".join(report["calls"])
     assert info["child_in_bad_fork"] is False, "torch marks the zygote's children as bad forks"
-    assert info["driver_mapped"] == [], "the zygote loaded the GPU driver"
+    assert beyond_torch_import(torch_paths, info) == [], "the zygote loaded the GPU driver"
 
 
 def test_node_check_probe_on_cpu_calls_no_cuda(torch_paths: dict[str, Any]) -> None:
@@ -62,17 +69,20 @@ def test_node_check_probe_on_cpu_calls_no_cuda(torch_paths: dict[str, Any]) -> N
     assert len(metrics) == 1 and metrics[0] > 0, f"the probe did not run to its heartbeat: {metrics}"
     assert report["calls"] == [], "the node check on CPU called into CUDA:\n" + "\n".join(report["calls"])
     assert report["info"]["child_in_bad_fork"] is False
-    assert report["info"]["driver_mapped"] == [], "the node check on CPU loaded the GPU driver"
+    assert beyond_torch_import(torch_paths, report["info"]) == [], (
+        "the node check on CPU loaded the GPU driver"
+    )
 
 
 def test_ray_worker_zygote_preload_calls_no_cuda() -> None:
-    report = watch("ray_workers")["ray_workers"]
+    watched = watch("ray_workers")
+    report = watched["ray_workers"]
     info = report["info"]
     assert info["loaded"] == info["preload"] and not info["failed"], (
         "the preload did not run: nothing checked"
     )
     assert report["calls"] == [], "the Ray zygote's preload called into CUDA:\n" + "\n".join(report["calls"])
-    assert info["driver_mapped"] == [], "the Ray zygote loaded the GPU driver"
+    assert beyond_torch_import(watched, info) == [], "the Ray zygote loaded the GPU driver"
 
 
 def test_the_hook_catches_a_cuda_call(torch_paths: dict[str, Any]) -> None:
