@@ -18,6 +18,7 @@ from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
+from dlu_elastic.blame import BlameWindow, Report
 from dlu_elastic.inplace_timer import InPlaceTimer
 from dlu_elastic.node_check.plan import (
     NodeCheckVerdict,
@@ -56,6 +57,8 @@ class ElasticMaster(SubMaster):
         self._joined_round = -1  # a round whose failure joined a failover in flight
         self.last_failure = ""
         self._inplace = InPlaceTimer()
+        self._blame = BlameWindow()
+        self._blame_lock = threading.Lock()
         self._timer_lock = threading.Lock()  # not self._lock: held across a PrimeMaster call
         self._metrics: Any = None  # JobMetrics, created on first use (it imports Ray's metrics)
         self._metrics_refreshed = 0.0
@@ -206,16 +209,36 @@ class ElasticMaster(SubMaster):
 
     def _on_failure(self, report: pb.FailureReport) -> None:
         """A training process failed: restart every rank in place (tier 1), once per round
-        (dedup). The PrimeMaster judges and counts it (so the count survives a restart of this
-        master): a rank whose collective failed because a peer's actor died joins that peer's
-        failover, which opens the next round itself."""
-        detected = time.monotonic()
+        (dedup), blamed on the rank whose own error it is (`blame`). The PrimeMaster judges and
+        counts it (so the count survives a restart of this master): a rank whose collective
+        failed because a peer's actor died joins that peer's failover, which opens the next
+        round itself."""
+        seen = Report(report.round, report.agent_id, report.exit_code, report.error, time.monotonic())
+        with self._blame_lock:
+            blame = self._blame.offer(seen, seen.seen_at)
+        if blame.act is not None:
+            self._restart_for(blame.act)
+        elif blame.recheck_at is not None:
+            timer = threading.Timer(max(0.0, blame.recheck_at - time.monotonic()), self._blame_expired)
+            timer.daemon = True
+            timer.start()
+
+    def _blame_expired(self) -> None:
+        """No rank of the round reported an error of its own: blame the peer report held."""
+        with self._blame_lock:
+            held = self._blame.expire(time.monotonic())
+        if held is not None:
+            self._restart_for(held)
+
+    def _restart_for(self, report: Report) -> None:
         with self._lock:
             if report.round != self.rendezvous.round or self.stopping or report.round == self._joined_round:
                 return  # the round already moved on, or waits for a failover: being handled
             self.last_failure = report.error
-            message = f"round {report.round}: {report.agent_id} exited {report.exit_code}: {_last_line(report.error)}"
-            decision = self._note_inplace_restart(message, report.agent_id, report.error)
+            message = (
+                f"round {report.round}: {report.agent} exited {report.exit_code}: {_last_line(report.error)}"
+            )
+            decision = self._note_inplace_restart(message, report.agent, report.error)
             if decision.verdict is InPlaceVerdict.STOP:
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
                 return
@@ -226,7 +249,7 @@ class ElasticMaster(SubMaster):
             self.restarts += 1
             new_round = self.rendezvous.new_round()
             with self._timer_lock:
-                self._inplace.restarted(new_round, detected, self._ranks())
+                self._inplace.restarted(new_round, report.seen_at, self._ranks())
 
     def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
         import ray
