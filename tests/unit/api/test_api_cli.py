@@ -74,6 +74,7 @@ class FakeClient(JobClient):
         self.calls: list[tuple[str, Any]] = []
         self.addresses: list[str | None] = []  # what `connect` was given, per call
         self.connected_for: list[JobSpec | None] = []  # the job `connect` was told is coming
+        self.quiet: list[bool] = []  # whether `connect` was asked for a quiet embedded Ray
 
     def submit(self, spec: JobSpec) -> str:
         ensure_valid(spec)
@@ -134,10 +135,14 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient()
 
     def connect(
-        address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None
+        address: str | None = None,
+        workdir: str | None = None,
+        spec: JobSpec | None = None,
+        quiet: bool = False,
     ) -> JobClient:
         client.addresses.append(address)
         client.connected_for.append(spec)
+        client.quiet.append(quiet)
         return client
 
     monkeypatch.delenv("DLU_ADDRESS", raising=False)

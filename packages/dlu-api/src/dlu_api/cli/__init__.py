@@ -17,7 +17,8 @@ from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import interrupts
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
-from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console
+from dlu_api.cli.render import status_text
 from dlu_api.client import JobClient, connect
 from dlu_api.errors import DLUError, SpecError
 from dlu_api.spec.entrypoint import is_torchrun_command
@@ -36,6 +37,16 @@ app = typer.Typer(
 AddressOpt = Annotated[
     str | None,
     typer.Option("--address", "-a", envvar="DLU_ADDRESS", help="Ray job server URL; unset: local."),
+]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        envvar=VERBOSE_ENV,
+        help="Also show Ray's own warnings and logs, DLU's actors' logs and what the job's "
+        "processes print (a local run); without it, only the job's progress.",
+    ),
 ]
 WorkdirOpt = Annotated[
     str | None,
@@ -93,14 +104,16 @@ def run(
     ] = None,
     address: AddressOpt = None,
     workdir: WorkdirOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code.
+    """Run a job and wait for it, showing its stage, roles, restarts and each failure and recovery
+    (a live view in a terminal, one line per event otherwise). Exits with the job's code.
 
     Ctrl-C (or SIGTERM) stops the job cleanly and exits with 130; a second one stops it at once.
     A local run of a job name that another process on this machine runs is refused."""
     try:
         spec = _spec_from_args(spec_or_command, name, device_type, address)
-        client = connect(address, workdir, spec)
+        client = connect(address, workdir, spec, quiet=not verbose)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
     _start_and_follow(client, spec, client.submit)
@@ -111,12 +124,13 @@ def resume(
     spec_file: Annotated[Path, typer.Argument(help="The job's spec (it names the state store).")],
     address: AddressOpt = None,
     workdir: WorkdirOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Start a stored job again from its state store, e.g. on a new Ray cluster after the old one
     was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
     try:
         spec = _spec_from_args([str(spec_file)], None, None)
-        client = connect(address, workdir, spec)
+        client = connect(address, workdir, spec, quiet=not verbose)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
     _start_and_follow(client, spec, client.resume)
@@ -130,7 +144,7 @@ SECOND_INTERRUPT_REASON = (
 def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec], str]) -> NoReturn:
     """Start the job, follow it to its end, close the client; exits with the job's code (130
     when interrupted)."""
-    printer = ProgressPrinter(_echo)
+    console = job_console(_echo)
     try:
         try:
             job = start(spec)
@@ -139,15 +153,18 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
         except KeyboardInterrupt:
             typer.echo(f"interrupted: job {spec.name} was not started", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        final, code = _follow(client, job, printer)
+        try:
+            final, code = _follow(client, job, console)
+        finally:
+            console.stop()  # the terminal back, whatever happened
+        console.close(final)
     finally:
         with interrupts.shielded(f"dlu: shutting down, a moment (`kill -9 {os.getpid()}` ends it now)"):
             client.close()
-    typer.echo(status_text(final, events=0))
     raise typer.Exit(code)
 
 
-def _follow(client: JobClient, job: str, printer: ProgressPrinter) -> tuple[JobStatus, int]:
+def _follow(client: JobClient, job: str, printer: JobConsole) -> tuple[JobStatus, int]:
     """Wait for the job to stop: the first interrupt stops it cleanly, a second one at once."""
     with interrupts.terminate_as_interrupt():
         try:
