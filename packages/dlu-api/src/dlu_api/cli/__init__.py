@@ -15,9 +15,9 @@ import typer
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import interrupts
+from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
-from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console
 from dlu_api.cli.render import status_text
 from dlu_api.client import JobClient, connect
 from dlu_api.errors import DLUError, SpecError
