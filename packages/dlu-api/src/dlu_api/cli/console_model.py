@@ -141,7 +141,7 @@ class StepRate:
 class ConsoleModel:
     """Feed it each status as it comes (`update`); it returns what the console shows."""
 
-    def __init__(self, recent: int = 6, incidents: int = 8) -> None:
+    def __init__(self, recent: int = 4, incidents: int = 6) -> None:
         self._cursor = EventCursor()
         self._kept: deque[JobEvent] = deque(maxlen=MAX_KEPT)
         self._recent: deque[JobEvent] = deque(maxlen=recent)

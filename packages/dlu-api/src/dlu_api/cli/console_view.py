@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -39,8 +40,10 @@ def header(state: ConsoleState) -> Text:
 
 def _actors(row: RoleRow) -> str:
     text = ", ".join(f"{n} {stage}" for stage, n in row.states) or "no actors"
+    if row.size and row.size != sum(n for _, n in row.states):
+        text += f" (size {row.size})"  # being resized
     if row.sub_master is not None:
-        text += f" + SubMaster {row.sub_master}"
+        text += " + SubMaster" if row.sub_master == "RUNNING" else f" + SubMaster {row.sub_master}"
     return text
 
 
@@ -52,23 +55,15 @@ def _restarts(row: RoleRow) -> str:
 
 
 def roles_table(state: ConsoleState) -> Table:
-    table = Table(title=None, expand=False, show_edge=False, pad_edge=False, header_style="bold")
-    for column, justify in (
-        ("role", "left"),
-        ("kind", "left"),
-        ("size", "right"),
-        ("actors", "left"),
-        ("step", "right"),
-        ("steps/s", "right"),
-        ("metric", "right"),
-        ("restarts", "left"),
-    ):
-        table.add_column(column, justify=justify)  # pyright: ignore[reportArgumentType]
+    table = Table(expand=False, show_edge=False, pad_edge=False, header_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("role", no_wrap=True)
+    table.add_column("actors", no_wrap=True)
+    for column in ("step", "steps/s", "metric"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("restarts", no_wrap=True)
     for row in state.roles:
         table.add_row(
-            row.name,
-            row.kind,
-            str(row.size),
+            Text.assemble(row.name, (f" {row.kind}", "dim")),
             _actors(row),
             "-" if row.step is None else str(row.step),
             "-" if row.steps_per_s is None else f"{row.steps_per_s:.1f}",
@@ -84,6 +79,11 @@ def restarts_line(state: ConsoleState) -> Text:
     return Text("restarts: " + ", ".join(f"{tier} {n}" for tier, n in state.restarts), "yellow")
 
 
+def short_actor(name: str | None, job: str) -> str | None:
+    """`trainer.1` for `job.trainer.1`: the job's name is on the screen already."""
+    return name[len(job) + 1 :] if name and name.startswith(job + ".") else name
+
+
 def _recovery(incident: Incident, finished: bool) -> Text:
     if incident.recovered_by is None:
         return Text("not recovered" if finished else "recovering ...", "red" if finished else "yellow")
@@ -92,18 +92,18 @@ def _recovery(incident: Incident, finished: bool) -> Text:
     return Text(f"recovered{took}{tier}", "green")
 
 
-def incidents_table(state: ConsoleState) -> Table:
-    table = Table(expand=False, show_edge=False, pad_edge=False, header_style="bold")
-    for column in ("time", "where", "failure", "recovery"):
-        table.add_column(column)
+def incident_lines(state: ConsoleState) -> list[Text]:
+    """Two lines per failure: when, where, what and its recovery; then its message, cut to one line."""
+    lines: list[Text] = []
     for incident in state.incidents:
-        table.add_row(
-            _clock(incident.time),
-            incident.where or "job",
-            f"{incident.kind}: {incident.message}",
-            _recovery(incident, state.finished),
-        )
-    return table
+        role, _, actor = incident.where.partition("/")
+        where = short_actor(actor, state.job) or role or "job"
+        head = Text(f"  {_clock(incident.time)} ", "dim")
+        head.append(f"{where} ", "bold")
+        head.append(f"{incident.kind}  ", "red")
+        head.append_text(_recovery(incident, state.finished))
+        lines += [head, Text(f"           {incident.message}", no_wrap=True, overflow="ellipsis")]
+    return lines
 
 
 def render(state: ConsoleState) -> RenderableType:
@@ -116,19 +116,19 @@ def render(state: ConsoleState) -> RenderableType:
     parts += [Text(""), restarts_line(state)]
     if state.first_failure is not None:
         e = state.first_failure
-        who = e.actor or e.role or "the job"
+        who = short_actor(e.actor, state.job) or e.role or "the job"
         node = f" on node {e.node_id[:12]}" if e.node_id else ""
         parts.append(Text(f"root cause: {who}{node} ({e.kind}): {e.message}", "red"))
     if state.incidents:
         shown = len(state.incidents)
         more = f" (last {shown} of {state.incident_count})" if state.incident_count > shown else ""
-        parts += [Text(""), Text(f"failures and recoveries{more}:", "bold"), incidents_table(state)]
+        parts += [Text(""), Text(f"failures and recoveries{more}:", "bold"), *incident_lines(state)]
     if state.recent and not state.finished:
         parts += [Text(""), Text("latest events:", "bold")]
         for e in state.recent:
-            where = "/".join(p for p in (e.role, e.actor) if p)
-            line = Text(f"  {_clock(e.time)} ", "dim")
-            line.append(f"{e.kind:<18} ", "cyan")
+            where = short_actor(e.actor, state.job) or e.role
+            line = Text(f"  {_clock(e.time)} ", "dim", no_wrap=True, overflow="ellipsis")
+            line.append(f"{e.kind:<16} ", "cyan")
             line.append(f"{where + ': ' if where else ''}{e.message}")
             parts.append(line)
     return Group(*parts)
