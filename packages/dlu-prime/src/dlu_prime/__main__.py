@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from types import FrameType
 from typing import Any
 
@@ -21,6 +22,7 @@ from dlu_api.client import wire
 from dlu_api.errors import DLUError, JobNameTakenError, SpecError
 from dlu_api.spec.io import load_spec, spec_from_dict
 from dlu_api.status import JobStatus
+from dlu_prime.status_lines import StatusLines
 
 logger = logging.getLogger(__name__)
 
@@ -108,13 +110,13 @@ def _launch(args: argparse.Namespace) -> int:
 
         _emit(wire.line(wire.ACCEPTED, {"name": spec.name, "dlu_prime": installed_version("dlu-prime")}))
         printer = ProgressPrinter(_emit)
-        stage: list[str] = []
+        lines = StatusLines()
 
         def on_update(status: JobStatus) -> None:
             printer(status)
-            if stage[-1:] != [status.stage.value]:
-                stage.append(status.stage.value)
-                _emit(wire.status_line(status))
+            line = lines.line(status, time.monotonic())
+            if line is not None:
+                _emit(line)
 
         final = launcher.wait_job(spec, on_update)
     except _Terminated:

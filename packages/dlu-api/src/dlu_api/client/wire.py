@@ -5,7 +5,9 @@ the log of the job it submitted. So the launcher (`python -m dlu_prime ...`) wri
 machine lines there, each a tag and one JSON value, among its human-readable progress:
 
 - `DLU-ACCEPTED {...}`: the job passed the cluster's checks and its PrimeMaster exists;
-- `DLU-STATUS {...}`: a `JobStatus` (on every stage change, at the end, and from `status`);
+- `DLU-STATUS {...}`: a `JobStatus`: with the whole timeline on every stage change, at the end
+  and from `status`; in between, every few seconds while the job changes, with only the events
+  since the previous line (the reader puts the timeline back together: `parse_log`);
 - `DLU-ERROR {...}`: why the launcher refused or failed (`kind`, `message`, `problems`).
 
 Both sides import this module (dlu-prime depends on dlu-api), so the format lives once.
@@ -18,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlu_api.status import JobStatus
+from dlu_api.status import JobEvent, JobStatus
 
 ACCEPTED = "DLU-ACCEPTED"
 STATUS = "DLU-STATUS"
@@ -58,10 +60,19 @@ class LauncherReport:
     other_lines: list[str] = field(default_factory=list[str])
 
 
+MAX_TIMELINE = 1000
+"""At most this many events in a parsed status (the newest): its timeline put back together."""
+
+
 def parse_log(text: str | Iterable[str]) -> LauncherReport:
-    """Read the wire lines of a launcher's log; a line that does not parse counts as plain text."""
+    """Read the wire lines of a launcher's log; a line that does not parse counts as plain text.
+
+    The status is the last one, with the events of every status line before it put back in
+    order by position: a line written between stage changes holds only its new events.
+    """
     report = LauncherReport()
     lines = text.splitlines() if isinstance(text, str) else list(text)
+    timeline: dict[int, JobEvent] = {}
     for raw in lines:
         tag, _, payload = raw.partition(" ")
         if tag not in TAGS:
@@ -71,12 +82,17 @@ def parse_log(text: str | Iterable[str]) -> LauncherReport:
             value = json.loads(payload)
             if tag == STATUS:
                 report.status = JobStatus.model_validate(value)
+                timeline.update((e.seq, e) for e in report.status.events if e.seq)
             elif tag == ACCEPTED:
                 report.accepted = dict(value)
             else:
                 report.error = dict(value)
         except (ValueError, TypeError):
             report.other_lines.append(raw)
+    status = report.status
+    if status is not None and timeline and all(e.seq for e in status.events):
+        merged = [timeline[seq] for seq in sorted(timeline)][-MAX_TIMELINE:]
+        report.status = status.model_copy(update={"events": merged})
     return report
 
 
