@@ -12,6 +12,7 @@ from rich.console import Console
 from dlu_api.cli.console import LiveConsole, PlainConsole, job_console
 from dlu_api.cli.console_model import ConsoleModel, StepRate
 from dlu_api.cli.console_view import render
+from dlu_api.cli.render import role_line
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
 
 pytestmark = pytest.mark.timeout(30)
@@ -238,3 +239,13 @@ def test_plain_mode_prints_one_line_per_event_past_200_then_the_final_status() -
 def test_the_live_view_only_for_a_terminal() -> None:
     assert isinstance(job_console(print, live=False), PlainConsole)
     assert isinstance(job_console(print, live=True), LiveConsole)
+
+
+def test_a_plain_role_line_counts_the_ranks_and_keeps_the_sub_master_apart() -> None:
+    running = trainer("RUNNING", [3, 4], "RUNNING")
+    assert (
+        role_line(running, with_step=True)
+        == "  trainer (elastic): size 2, 2 RUNNING + SubMaster RUNNING, step 4"
+    )
+    done = trainer("FINISH", [30, 30], "STOPPED")
+    assert role_line(done, with_step=True) == "  trainer (elastic): size 2, 2 FINISH, step 30"

@@ -101,11 +101,11 @@ def restarts_by_tier(status: JobStatus) -> tuple[tuple[str, int], ...]:
     return tuple((tier, n) for tier, n in tiers if n)
 
 
-def _workers(role: RoleStatus) -> list[ActorStatus]:
+def workers_of(role: RoleStatus) -> list[ActorStatus]:
     return [a for a in role.actors if a.rank != SUB_MASTER_RANK]
 
 
-def _sub_master(role: RoleStatus, workers: list[ActorStatus]) -> str | None:
+def sub_master_stage(role: RoleStatus, workers: list[ActorStatus]) -> str | None:
     """A SubMaster lives until the job ends; once its workers finished it drives nothing, and
     is not shown (never as RUNNING beside a finished role)."""
     found = next((a for a in role.actors if a.rank == SUB_MASTER_RANK), None)
@@ -185,7 +185,7 @@ class ConsoleModel:
         )
 
     def _role_row(self, role: RoleStatus, now: float) -> RoleRow:
-        workers = _workers(role)
+        workers = workers_of(role)
         steps = [a.step for a in workers if a.step is not None]
         step = max(steps) if steps else None
         finished = bool(workers) and all(a.stage == "FINISH" for a in workers)
@@ -195,7 +195,7 @@ class ConsoleModel:
             kind=role.kind,
             size=role.size or len(workers),
             states=tuple(sorted(Counter(a.stage for a in workers).items())),
-            sub_master=_sub_master(role, workers),
+            sub_master=sub_master_stage(role, workers),
             step=step,
             steps_per_s=None if finished else rate,
             metric=_metric(workers),
