@@ -16,7 +16,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -71,11 +71,18 @@ def box(tmp_path: Path) -> Iterator[Box]:
     made.end()
 
 
-def run_in_terminal(args: list[str], env: dict[str, str], timeout_s: float = 240) -> tuple[int, str]:
-    """Run a command with a pseudo-terminal as its stdout and stderr; its exit code and output."""
+def run_in_terminal(
+    args: list[str],
+    env: dict[str, str],
+    timeout_s: float = 240,
+    cwd: Path = ROOT,
+    on_output: Callable[[str, int], None] | None = None,
+) -> tuple[int, str]:
+    """Run a command with a pseudo-terminal as its stdout and stderr; its exit code and output.
+    `on_output` sees the output so far and the command's pid after each read."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: its stdin, stdout and stderr are the terminal
-        os.chdir(ROOT)
+        os.chdir(cwd)
         os.execve(args[0], args, env)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
@@ -91,6 +98,8 @@ def run_in_terminal(args: list[str], env: dict[str, str], timeout_s: float = 240
             if not data:
                 break
             chunks.append(data)
+            if on_output is not None:
+                on_output(b"".join(chunks).decode(errors="replace"), pid)
         else:
             os.kill(pid, signal.SIGKILL)
             pytest.fail(f"{' '.join(args)} did not end within {timeout_s:.0f} s")
@@ -131,6 +140,46 @@ def test_the_live_view_of_a_run_with_a_crash(box: Box, tmp_path: Path) -> None:
     assert re.search(r"inplace_restart  recovered in \d+\.\d\ds \(in_place tier\)", screen), screen
     for noise in NOISE:
         assert noise not in plain, f"{noise!r} shown without --verbose:\n{plain[-4000:]}"
+
+
+FOREVER_JOB = """
+name: console-ctrl-c
+device_type: CPU
+device_per_node: 0
+health: {monitor_interval_s: 0.2}
+roles:
+  - name: worker
+    entrypoint: workloads:forever
+    total: 2
+    resources: {cpu: 0.1}
+"""
+
+
+def test_ctrl_c_in_the_live_view_stops_the_job_and_leaves_its_final_screen(box: Box, tmp_path: Path) -> None:
+    spec = tmp_path / "forever.yaml"
+    spec.write_text(FOREVER_JOB)
+    env = box.env(box.new_dir("dlu-cli-"), COLUMNS="120", LINES="40", TERM="xterm-256color")
+    env.pop("DLU_VERBOSE", None)
+    interrupted: list[float] = []
+
+    def interrupt_once_training(output: str, pid: int) -> None:
+        frame = ANSI.sub("", output.rsplit(ERASE_LINE, 1)[-1])  # the latest frame (or part of it)
+        if not interrupted and "2 RUNNING" in frame and "steps/s" in frame:
+            interrupted.append(time.monotonic())
+            os.kill(pid, signal.SIGINT)  # as Ctrl-C
+
+    code, output = run_in_terminal([DLU, "run", str(spec)], env, cwd=HERE, on_output=interrupt_once_training)
+    plain = ANSI.sub("", output)
+    assert interrupted, f"the live view never showed the job training:\n{plain[-4000:]}"
+    assert code == 130, plain[-4000:]
+    assert "interrupted: stopping job console-ctrl-c" in plain
+    screen = final_screen(output)
+    assert "job console-ctrl-c  STOPPED (exit code 130)" in screen, screen
+    assert "reason: stopped by user request" in screen, screen
+    row = next((line for line in screen.splitlines() if line.startswith("worker")), "")
+    assert "2 STOPPED" in row, screen
+    record = box.record("console-ctrl-c")
+    assert record is not None and record["status"]["exit_code"] == 130
 
 
 def test_quiet_by_default_and_verbose_shows_ray_and_the_workers_output(box: Box, tmp_path: Path) -> None:
