@@ -383,7 +383,9 @@ def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartb
     assert done.returncode == 0, done.stdout + done.stderr
 
     def kinds() -> list[str]:
-        return [e["kind"] for e in status_json(driver_venv, "lm-metered", ray_cluster)["events"]]
+        """Event kinds, a recovery's with its tier (`failover_done/role`)."""
+        events = status_json(driver_venv, "lm-metered", ray_cluster)["events"]
+        return [e["kind"] + (f"/{e['tier']}" if e["kind"] == "failover_done" else "") for e in events]
 
     try:
         deadline = time.monotonic() + 240
@@ -401,7 +403,7 @@ def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartb
                      cwd=tmp_path)  # fmt: skip
         assert marked.returncode == 0, marked.stdout + marked.stderr
         deadline = time.monotonic() + 240
-        while "failover_done" not in (seen := kinds()):
+        while "failover_done/role" not in (seen := kinds()):
             assert time.monotonic() < deadline, seen
             time.sleep(1)
         wanted = {
