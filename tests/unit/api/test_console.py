@@ -207,6 +207,7 @@ def test_the_live_console_leaves_the_final_screen_in_the_terminal() -> None:
     live = LiveConsole(Console(file=out, force_terminal=True, width=160), clock=iter(range(100)).__next__)
     running, done = crashed_and_finished()
     live(running)
+    assert "trainer" in ANSI.sub("", out.getvalue())  # the first status is drawn at once
     live(running)
     live.stop()
     live.stop()  # twice is harmless

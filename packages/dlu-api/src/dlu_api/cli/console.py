@@ -81,8 +81,9 @@ class LiveConsole:
 
         screen = render(self._model.update(status, self._clock()))
         if self._live is None:
-            self._live = Live(screen, console=self._console, refresh_per_second=4, transient=True)
-            self._live.start()
+            # Redrawn when a status comes (twice a second), not by a thread of its own.
+            self._live = Live(screen, console=self._console, auto_refresh=False, transient=True)
+            self._live.start(refresh=True)
         else:
             self._live.update(screen, refresh=True)
 
