@@ -339,6 +339,27 @@ def test_run_prints_progress_and_exits_with_the_jobs_code(fake: FakeClient, tmp_
     assert "job demo: STOPPED (exit code 0)" in result.output
 
 
+def test_run_is_quiet_unless_verbose(
+    fake: FakeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --verbose the local client is asked for a quiet embedded Ray; -v, --verbose and
+    DLU_VERBOSE=1 ask for Ray's and the job's own output; `resume` the same."""
+    monkeypatch.setattr(dlu_api.cli, "quiet_python_warnings", lambda: None)  # this process' filters
+    monkeypatch.delenv("DLU_VERBOSE", raising=False)
+    spec = str(write_spec(tmp_path / "spec.yaml", SPEC_DATA))
+    for args, env in (
+        (["run", spec], {}),
+        (["run", "-v", spec], {}),
+        (["run", "--verbose", spec], {}),
+        (["run", spec], {"DLU_VERBOSE": "1"}),
+        (["resume", spec], {}),
+        (["resume", "--verbose", spec], {}),
+    ):
+        result = runner.invoke(app, args, env=env)
+        assert result.exit_code == 0, result.output
+    assert fake.quiet == [True, False, False, False, True, False]
+
+
 def test_run_exit_code_is_the_jobs(fake: FakeClient, tmp_path: Path) -> None:
     fake.statuses = script("demo", 3)
     spec = write_spec(tmp_path / "spec.yaml", SPEC_DATA)

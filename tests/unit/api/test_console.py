@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 
 import pytest
 from rich.console import Console
 
-from dlu_api.cli.console import LiveConsole, PlainConsole, job_console
+from dlu_api.cli.console import LiveConsole, PlainConsole, job_console, quiet_python_warnings
 from dlu_api.cli.console_model import ConsoleModel, StepRate
 from dlu_api.cli.console_view import render
 from dlu_api.cli.render import role_line
@@ -250,3 +251,12 @@ def test_a_plain_role_line_counts_the_ranks_and_keeps_the_sub_master_apart() -> 
     )
     done = trainer("FINISH", [30, 30], "STOPPED")
     assert role_line(done, with_step=True) == "  trainer (elastic): size 2, 2 FINISH, step 30"
+
+
+def test_quiet_hides_the_python_warnings_of_rays_modules_only() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_python_warnings()
+        for module in ("ray.actor", "ray", "raylike", "dlu_prime.launcher"):
+            warnings.warn_explicit(f"from {module}", UserWarning, "x.py", 1, module=module)
+    assert [str(w.message) for w in caught] == ["from raylike", "from dlu_prime.launcher"]

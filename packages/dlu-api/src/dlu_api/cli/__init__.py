@@ -15,7 +15,7 @@ import typer
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import interrupts
-from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console
+from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console, quiet_python_warnings
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import status_text
@@ -111,6 +111,8 @@ def run(
 
     Ctrl-C (or SIGTERM) stops the job cleanly and exits with 130; a second one stops it at once.
     A local run of a job name that another process on this machine runs is refused."""
+    if not verbose:
+        quiet_python_warnings()
     try:
         spec = _spec_from_args(spec_or_command, name, device_type, address)
         client = connect(address, workdir, spec, quiet=not verbose)
@@ -128,6 +130,8 @@ def resume(
 ) -> None:
     """Start a stored job again from its state store, e.g. on a new Ray cluster after the old one
     was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
+    if not verbose:
+        quiet_python_warnings()
     try:
         spec = _spec_from_args([str(spec_file)], None, None)
         client = connect(address, workdir, spec, quiet=not verbose)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
 VERBOSE_ENV = "DLU_VERBOSE"
 
 
-def verbose_from_env() -> bool:
-    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+def quiet_python_warnings() -> None:
+    """Python warnings Ray's modules raise in this process are not shown (`--verbose` shows
+    them); the embedded Ray's own logging is quieted where it starts (`QUIET_RAY_OPTIONS`)."""
+    warnings.filterwarnings("ignore", module=r"ray(\.|$)")
 
 
 class JobConsole(Protocol):
