@@ -8,25 +8,21 @@ by tier and its recovery with a duration, and the whole output no Ray warning.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_runs import DLU, HERE, Box
+from terminal import ANSI, ERASE_LINE, final_screen, run_in_terminal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
 ROOT = HERE.parents[1]
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-ERASE_LINE = "\x1b[2K"  # what the live view sends to redraw itself
 NOISE = (
     "Scheduling a restartable detached actor",
     "Token authentication",
@@ -71,59 +67,12 @@ def box(tmp_path: Path) -> Iterator[Box]:
     made.end()
 
 
-def run_in_terminal(
-    args: list[str],
-    env: dict[str, str],
-    timeout_s: float = 240,
-    cwd: Path = ROOT,
-    on_output: Callable[[str, int], None] | None = None,
-) -> tuple[int, str]:
-    """Run a command with a pseudo-terminal as its stdout and stderr; its exit code and output.
-    `on_output` sees the output so far and the command's pid after each read."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: its stdin, stdout and stderr are the terminal
-        os.chdir(cwd)
-        os.execve(args[0], args, env)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 1.0)
-            if not ready:
-                continue
-            try:
-                data = os.read(fd, 65536)
-            except OSError:  # the child closed the terminal: it has ended
-                break
-            if not data:
-                break
-            chunks.append(data)
-            if on_output is not None:
-                on_output(b"".join(chunks).decode(errors="replace"), pid)
-        else:
-            os.kill(pid, signal.SIGKILL)
-            pytest.fail(f"{' '.join(args)} did not end within {timeout_s:.0f} s")
-        _, status = os.waitpid(pid, 0)
-    finally:
-        with contextlib.suppress(ChildProcessError, ProcessLookupError):
-            if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-        os.close(fd)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
-
-
-def final_screen(output: str) -> str:
-    """What the terminal shows last: the text after the live view's last redraw, uncoloured."""
-    return ANSI.sub("", output.rsplit(ERASE_LINE, 1)[-1]).replace("\r", "")
-
-
 def test_the_live_view_of_a_run_with_a_crash(box: Box, tmp_path: Path) -> None:
     spec = tmp_path / "crash.yaml"
     spec.write_text(CRASH_JOB.format(ckpt=tmp_path / "ckpt"))
     env = box.env(box.new_dir("dlu-cli-"), COLUMNS="120", LINES="40", TERM="xterm-256color")
     env.pop("DLU_VERBOSE", None)
-    code, output = run_in_terminal([DLU, "run", str(spec)], env)
+    code, output = run_in_terminal([DLU, "run", str(spec)], env, ROOT)
     plain = ANSI.sub("", output)
     assert code == 0, plain[-4000:]
     assert (tmp_path / "ckpt" / "crashed-at-10").exists()  # the crash really happened
@@ -168,7 +117,7 @@ def test_ctrl_c_in_the_live_view_stops_the_job_and_leaves_its_final_screen(box: 
             interrupted.append(time.monotonic())
             os.kill(pid, signal.SIGINT)  # as Ctrl-C
 
-    code, output = run_in_terminal([DLU, "run", str(spec)], env, cwd=HERE, on_output=interrupt_once_training)
+    code, output = run_in_terminal([DLU, "run", str(spec)], env, HERE, on_output=interrupt_once_training)
     plain = ANSI.sub("", output)
     assert interrupted, f"the live view never showed the job training:\n{plain[-4000:]}"
     assert code == 130, plain[-4000:]
