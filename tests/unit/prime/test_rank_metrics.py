@@ -47,3 +47,11 @@ def test_the_status_carries_each_actors_metric(make_manager: Any) -> None:
     metrics = {a.name: a.metric for role in manager.status().roles for a in role.actors}
     assert metrics[names[0]] == 0.5
     assert all(metrics[name] is None for name in names[1:])
+
+
+def test_the_console_knows_a_sub_masters_rank() -> None:
+    """dlu-api cannot import dlu_prime: the console's copy of the SubMaster's rank must agree."""
+    from dlu_api.cli import console_model
+    from dlu_prime.master import state
+
+    assert console_model.SUB_MASTER_RANK == state.SUB_MASTER_RANK

@@ -148,8 +148,7 @@ class ConsoleModel:
         self._incidents = incidents
         self._first_failure: JobEvent | None = None
         self._count = 0
-        self._t0: float | None = None
-        self._t0_clock: float | None = None
+        self._started: float | None = None  # when it first saw the job, on the caller's clock
         self._rates: dict[str, StepRate] = {}
 
     def update(self, status: JobStatus, now: float) -> ConsoleState:
@@ -163,8 +162,8 @@ class ConsoleModel:
                 self._kept.append(event)
             if self._first_failure is None and event.kind in ROOT_CAUSE_KINDS:
                 self._first_failure = event
-        if self._t0_clock is None and (fresh or status.roles):
-            self._t0_clock = now
+        if self._started is None and (fresh or status.roles):
+            self._started = now
         if status.first_failure is not None:
             self._first_failure = status.first_failure  # the PrimeMaster's, kept for the whole job
         found = recoveries(self._kept)
@@ -174,7 +173,7 @@ class ConsoleModel:
             stage=status.stage.value,
             exit_code=status.exit_code,
             reason=status.reason,
-            elapsed_s=None if self._t0_clock is None else now - self._t0_clock,
+            elapsed_s=None if self._started is None else now - self._started,
             roles=roles,
             restarts=restarts_by_tier(status),
             incidents=tuple(_incident(r) for r in found[-self._incidents :]),
