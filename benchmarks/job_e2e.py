@@ -102,7 +102,7 @@ def write_spec(folder: Path, run: int) -> Path:
 
 
 def run_cli(spec: Path, folder: Path, zygotes: Path) -> Run:
-    """Run `dlu run SPEC` and stamp every output line with the time since the process started."""
+    """Run `dlu run --verbose SPEC` and stamp every output line with the time since the process started."""
     env = {
         **os.environ,
         "RAY_TMPDIR": str(folder / "ray"),
@@ -113,7 +113,7 @@ def run_cli(spec: Path, folder: Path, zygotes: Path) -> Run:
     (folder / "ray").mkdir()
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [DLU, "run", str(spec)],
+        [DLU, "run", "--verbose", str(spec)],  # the marks need Ray's and the script's output
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

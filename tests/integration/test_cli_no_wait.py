@@ -1,5 +1,6 @@
 """`dlu run --no-wait` on this machine: it returns once the job is RUNNING, the job goes on in a
-detached `dlu run` (its own session), and `dlu status`, `dlu stop` and `dlu list` reach it."""
+detached `dlu run` (its own session), and `dlu status`, `dlu stop` and `dlu list` reach it. Even
+from a terminal it draws no live view: plain lines, and plain lines in the detached run's log."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_runs import DLU, HERE, Box, wait_until
+from terminal import ANSI, ERASE_LINE, run_in_terminal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -60,15 +62,19 @@ def test_run_no_wait_leaves_the_job_running_in_a_detached_process(box: Box, tmp_
             timeout=240,
         )
 
-    done = no_wait()
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "job nowait is RUNNING in process" in done.stdout
-    assert "dlu stop nowait" in done.stdout
+    env = box.env(box.new_dir("dlu-cli-"), COLUMNS="120", TERM="xterm-256color")
+    env.pop("DLU_VERBOSE", None)
+    code, output = run_in_terminal([DLU, "run", "--no-wait", str(spec)], env, HERE)
+    shown = ANSI.sub("", output)
+    assert code == 0, shown
+    assert ERASE_LINE not in output, f"a live view was drawn:\n{shown}"
+    assert "job nowait is RUNNING in process" in shown
+    assert "dlu stop nowait" in shown
     record = box.record("nowait")
     assert record is not None and record["status"]["stage"] == "RUNNING"
     pid = int(record["pid"])
     assert alive(pid) and os.getsid(pid) == pid  # detached: a session of its own
-    assert str(pid) in done.stdout
+    assert str(pid) in shown
 
     again = no_wait()  # the name is taken: the detached run refuses, and says why
     assert again.returncode == 2, again.stdout + again.stderr
@@ -84,4 +90,6 @@ def test_run_no_wait_leaves_the_job_running_in_a_detached_process(box: Box, tmp_
     assert final["exit_code"] == 130
     assert "nowait\tSTOPPED exit=130\tlocal" in box.dlu("list").stdout
     console = box.home / "jobs" / "nowait.detached" / "console.log"
-    assert "job nowait: STOPPED (exit code 130)" in console.read_text()
+    log = console.read_text()
+    assert "job nowait: STOPPED (exit code 130)" in log
+    assert "\x1b[" not in log  # plain lines: no live view into a file

@@ -100,6 +100,9 @@ def test_inplace_restart_resumes_and_matches_a_clean_run(ray_session: Any, tmp_p
     assert crash.exit_code == 0, crash.reason
     restarts = [e for e in crash.events if e.kind == "inplace_restart"]
     assert len(restarts) == 1 and "injected crash at step 10" in restarts[0].message
+    done = [e for e in crash.events if e.kind == "failover_done"]  # timed by the ElasticMaster
+    assert [(e.tier, e.role) for e in done] == [("in_place", "trainer")], done
+    assert done[0].duration_s is not None and done[0].duration_s > 0
     assert all(a.restart_count == 0 for a in crash.roles[0].actors)  # no actor was restarted
     assert (tmp_path / "crash" / "crashed-at-10").exists()
     # Deterministic training resumed from the step-8 checkpoint ends exactly where a clean run does.

@@ -190,7 +190,7 @@ def test_chaos_reference_job_survives_a_fault_at_every_tier(clean_loss: str, tmp
     assert status.exit_code == 0, status.reason
     kinds = [e.kind for e in status.events]
     assert "inplace_restart" in kinds
-    assert [e.tier for e in status.events if e.kind == "failover_done"] == ["role", "sub_master"]
+    assert [e.tier for e in status.events if e.kind == "failover_done"] == ["in_place", "role", "sub_master"]
     assert "master_restarted" in kinds and status.master_restart_count == 1
     assert final_loss(tmp_path) == clean_loss
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from terminal import ANSI, ERASE_LINE, final_screen, run_in_terminal
 from wheel_envs import RayCluster, Venv, make_venv, run_ok
 
 from dlu_api.client import remote_errors
@@ -159,6 +160,38 @@ def test_status_name_taken_and_stop_of_a_running_job(
     rerun = dlu(driver_venv, "run", str(path), *address, cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "job hold: STOPPED (exit code 0)" in rerun.stdout
+
+
+def test_remote_run_draws_the_live_view_in_a_terminal(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """`dlu run --address` with a terminal: the steps move on screen while the job runs (the
+    launcher's status lines between stage changes, once per DLU_STATUS_INTERVAL_S: the default
+    5 s here, so the job runs for about 16 s), and the final screen stays."""
+    spec = {
+        **CPU_JOB,
+        "name": "live",
+        "master": ISOLATION,
+        "config": {"steps": 80, "step_seconds": 0.2},
+        "health": {"monitor_interval_s": 0.2},
+        "roles": [{"name": "worker", "entrypoint": "examples.hello.workers:main", "total": 2,
+                   "resources": {"cpu": 0.1}}],
+    }  # fmt: skip
+    path = write_spec(tmp_path, spec)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "DLU_VERBOSE")}
+    env.update(PATH=f"{driver_venv.bin}{os.pathsep}/usr/bin{os.pathsep}/bin", COLUMNS="120", TERM="xterm")
+    args = [str(driver_venv.bin / "dlu"), "run", str(path), "--address", ray_cluster.address]
+    code, output = run_in_terminal(args, env, tmp_path, timeout_s=300)
+    plain = ANSI.sub("", output)
+    assert code == 0, plain[-4000:]
+    frames = [ANSI.sub("", frame) for frame in output.split(ERASE_LINE)]
+    running = re.compile(r"^worker simple\s+2 RUNNING\s+(\d+)", re.M)
+    steps = {int(m.group(1)) for frame in frames for m in running.finditer(frame)}
+    assert len(steps) >= 2, f"the steps never moved on screen ({steps}):\n{plain[-4000:]}"
+    screen = final_screen(output)
+    assert "job live  STOPPED (exit code 0)" in screen, screen
+    row = next((line for line in screen.splitlines() if line.startswith("worker")), "")
+    assert "2 FINISH" in row and " 79 " in row, screen
 
 
 METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
@@ -386,7 +419,9 @@ def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartb
     assert done.returncode == 0, done.stdout + done.stderr
 
     def kinds() -> list[str]:
-        return [e["kind"] for e in status_json(driver_venv, "lm-metered", ray_cluster)["events"]]
+        """Event kinds, a recovery's with its tier (`failover_done/role`)."""
+        events = status_json(driver_venv, "lm-metered", ray_cluster)["events"]
+        return [e["kind"] + (f"/{e['tier']}" if e["kind"] == "failover_done" else "") for e in events]
 
     try:
         deadline = time.monotonic() + 240
@@ -404,7 +439,7 @@ def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartb
                      cwd=tmp_path)  # fmt: skip
         assert marked.returncode == 0, marked.stdout + marked.stderr
         deadline = time.monotonic() + 240
-        while "failover_done" not in (seen := kinds()):
+        while "failover_done/role" not in (seen := kinds()):
             assert time.monotonic() < deadline, seen
             time.sleep(1)
         wanted = {

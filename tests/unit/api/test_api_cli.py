@@ -74,6 +74,7 @@ class FakeClient(JobClient):
         self.calls: list[tuple[str, Any]] = []
         self.addresses: list[str | None] = []  # what `connect` was given, per call
         self.connected_for: list[JobSpec | None] = []  # the job `connect` was told is coming
+        self.quiet: list[bool] = []  # whether `connect` was asked for a quiet embedded Ray
 
     def submit(self, spec: JobSpec) -> str:
         ensure_valid(spec)
@@ -134,10 +135,14 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient()
 
     def connect(
-        address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None
+        address: str | None = None,
+        workdir: str | None = None,
+        spec: JobSpec | None = None,
+        quiet: bool = False,
     ) -> JobClient:
         client.addresses.append(address)
         client.connected_for.append(spec)
+        client.quiet.append(quiet)
         return client
 
     monkeypatch.delenv("DLU_ADDRESS", raising=False)
@@ -332,6 +337,27 @@ def test_run_prints_progress_and_exits_with_the_jobs_code(fake: FakeClient, tmp_
     assert any("+   1.50s" in line and "ROLE_RUNNING" in line for line in lines)
     # the final summary
     assert "job demo: STOPPED (exit code 0)" in result.output
+
+
+def test_run_is_quiet_unless_verbose(
+    fake: FakeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --verbose the local client is asked for a quiet embedded Ray; -v, --verbose and
+    DLU_VERBOSE=1 ask for Ray's and the job's own output; `resume` the same."""
+    monkeypatch.setattr(dlu_api.cli, "quiet_python_warnings", lambda: None)  # this process' filters
+    monkeypatch.delenv("DLU_VERBOSE", raising=False)
+    spec = str(write_spec(tmp_path / "spec.yaml", SPEC_DATA))
+    for args, env in (
+        (["run", spec], {}),
+        (["run", "-v", spec], {}),
+        (["run", "--verbose", spec], {}),
+        (["run", spec], {"DLU_VERBOSE": "1"}),
+        (["resume", spec], {}),
+        (["resume", "--verbose", spec], {}),
+    ):
+        result = runner.invoke(app, args, env=env)
+        assert result.exit_code == 0, result.output
+    assert fake.quiet == [True, False, False, False, True, False]
 
 
 def test_run_exit_code_is_the_jobs(fake: FakeClient, tmp_path: Path) -> None:

@@ -38,9 +38,9 @@ def test_importing_dlu_api_loads_no_heavy_module() -> None:
         import json, sys
         import dlu_api, dlu_api.cli, dlu_api.client, dlu_api.builder
         heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)
-        # httpx (and the rich it imports) only with the remote client: `dlu run` and every
-        # Ray worker that imports dlu_api would pay 0.2 to 0.4 s for it
-        lazy = "httpx" in sys.modules
+        # httpx (and the rich it imports) only with the remote client, rich otherwise only for
+        # the live view of `dlu run`: every Ray worker that imports dlu_api would pay for them
+        lazy = "httpx" in sys.modules or "rich" in sys.modules
         from dlu_api.client import RemoteJobClient
         print(json.dumps({{
             "heavy": heavy,

@@ -12,8 +12,10 @@ from dlu_prime import publish
 pytestmark = pytest.mark.timeout(30)
 
 
-def status(step: int | None = 1, stage: str = "RUNNING", events: int = 0) -> JobStatus:
-    actor = ActorStatus(name="j.w.0", role="w", rank=0, stage=stage, step=step)
+def status(
+    step: int | None = 1, stage: str = "RUNNING", events: int = 0, metric: float | None = None
+) -> JobStatus:
+    actor = ActorStatus(name="j.w.0", role="w", rank=0, stage=stage, step=step, metric=metric)
     return JobStatus(
         name="j",
         stage=JobStage.RUNNING,
@@ -30,6 +32,8 @@ def test_due_publishes_a_change_of_state_at_once_and_steps_alone_per_interval() 
     assert publish.due(first, 0.0, status(step=2), 5.0, 5.0)
     assert publish.due(first, 0.0, status(step=1, stage="FAILED"), 0.1, 5.0)  # an actor's state
     assert not publish.due(first, 0.0, status(step=1, events=3), 0.1, 5.0)  # events go as lines
+    assert not publish.due(first, 0.0, status(step=1, metric=2.5), 4.9, 5.0)  # a metric, as steps
+    assert publish.due(first, 0.0, status(step=1, metric=2.5), 5.0, 5.0)
 
 
 def test_publisher_writes_every_event_once_and_statuses_without_events() -> None:
@@ -57,3 +61,46 @@ def test_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(publish.STATUS_INTERVAL_ENV, "soon")
     with pytest.raises(ValueError, match="DLU_STATUS_INTERVAL_S='soon' is not allowed: give a number"):
         publish.status_interval_s()
+
+
+def test_a_status_held_back_goes_out_on_a_later_poll() -> None:
+    """The ranks' last steps reach the driver even when the job then changes no more (the
+    launcher ticks the publisher on every poll of the job)."""
+    lines: list[str] = []
+    now = [0.0]
+    publisher = publish.StatusPublisher(lines.append, 2.0, clock=lambda: now[0])
+    publisher(status(step=1))
+    now[0] = 1.0
+    publisher(status(step=5, metric=1.5))  # inside the interval: held back
+    publisher.tick()
+    assert wire.parse_log(lines).status == status(step=1)
+    now[0] = 2.5
+    publisher.tick()
+    assert wire.parse_log(lines).status == status(step=5, metric=1.5)
+    count = len(lines)
+    now[0] = 10.0
+    publisher.tick()  # nothing new: nothing written
+    assert len(lines) == count
+
+
+def test_the_driver_follows_steps_and_events_as_they_come() -> None:
+    """What a remote `dlu run` draws its console from: after each poll the log read so far gives
+    the whole timeline in order and the ranks' steps of at most one interval ago."""
+    lines: list[str] = []
+    now = [0.0]
+    publisher = publish.StatusPublisher(lines.append, 1.0, clock=lambda: now[0])
+    for t in range(6):
+        now[0] = float(t)
+        publisher(status(step=t, events=2 + t))
+        current = wire.parse_log(lines).current
+        assert current is not None
+        assert [e.seq for e in current.events] == list(range(1, 3 + t))  # every event at once
+        assert current.roles[0].actors[0].step == t
+    assert len([line for line in lines if line.startswith(wire.STATUS)]) == 6
+
+
+def test_a_log_without_event_lines_is_read_as_it_is() -> None:
+    """A launcher that writes no DLU-EVENT lines: the status's own events are the timeline."""
+    old = status(step=2).model_copy(update={"events": [JobEvent(time=1.0, kind="note", message="old")]})
+    report = wire.parse_log("\n".join(wire.status_line(s) for s in (status(step=1), old)))
+    assert report.current == old

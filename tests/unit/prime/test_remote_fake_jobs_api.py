@@ -23,6 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import dlu_api.cli as cli
 from dlu_api.cli import app
 from dlu_api.client import remote_upload, wire
 from dlu_api.client.remote import RemoteJobClient
@@ -275,10 +276,14 @@ def test_workdir_on_the_cluster_is_not_uploaded(api: tuple[FakeJobsApi, str], tm
     client.stop("demo")
 
 
-def test_run_no_wait_returns_once_running(api: tuple[FakeJobsApi, str], tmp_path: Path) -> None:
+def test_run_no_wait_returns_once_running(
+    api: tuple[FakeJobsApi, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain lines until RUNNING, no live view even in a terminal: the job goes on after it."""
     fake, address = api
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(SPEC))
+    monkeypatch.setattr(cli, "job_console", lambda *_: pytest.fail("a live view of a --no-wait run"))
     result = CliRunner().invoke(app, ["run", "--no-wait", str(path), "--address", address])
     assert result.exit_code == 0, result.output
     assert "job demo is RUNNING" in result.output

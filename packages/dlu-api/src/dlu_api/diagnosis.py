@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from dlu_api.status import JobEvent
 
 FAILURE_KINDS = frozenset(
-    {"died", "restarted", "unavailable", "failed", "error_report", "heartbeat_timeout", "hang", "faulty_node"}
+    {
+        "died",
+        "restarted",
+        "unavailable",
+        "failed",
+        "error_report",
+        "heartbeat_timeout",
+        "hang",
+        "faulty_node",
+        "inplace_restart",  # a training process failed: its message has the process' error
+    }
 )
 RECOVERY_KINDS = frozenset(
     {

@@ -29,11 +29,13 @@ FAILURE_KINDS = frozenset(
         "hang",
         "actors_restarting",
         "failover_started",
+        "inplace_restart",
     }
 )
-"""Events that open a recovery: a detected failure, or the start of a restart. Events that
-announce a recovery with no completion event of their own yet ("inplace_restart",
-"master_restarted") are left out rather than reported as never recovered."""
+"""Events that open a recovery: a detected failure, or the start of a restart (an in-place
+restart ends with a `failover_done` of tier in_place, sent by the role's ElasticMaster once
+every rank trains again). Events that announce a recovery with no completion event of their
+own ("master_restarted") are left out rather than reported as never recovered."""
 
 RECOVERED_KINDS = frozenset({"actors_restarted", "failover_done", "recovered"})
 """Events that say a recovery is complete."""

@@ -33,6 +33,10 @@ class ActorStatus(BaseModel):
     node_id: str | None = None
     restart_count: int = 0
     step: int | None = Field(default=None, description="Last training step the actor reported.")
+    metric: float | None = Field(
+        default=None,
+        description="Last metric the actor's code reported with `heartbeat(step, metric)` (a loss, say).",
+    )
 
 
 class RoleStatus(BaseModel):

@@ -203,6 +203,7 @@ class ElasticMaster(SubMaster):
                 "role %s: every rank training again %.2fs after the in-place restart", self.role, took
             )
             self._job_metrics().failover_done("in_place", took)
+            self._note_inplace_done(took)
         if refresh and self._metrics is not None:
             self._metrics.refresh()
         return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
@@ -250,6 +251,22 @@ class ElasticMaster(SubMaster):
             new_round = self.rendezvous.new_round()
             with self._timer_lock:
                 self._inplace.restarted(new_round, report.seen_at, self._ranks())
+
+    def _note_inplace_done(self, took: float) -> None:
+        """Put the in-place restart's end on the job's timeline, with its duration, so `dlu run`
+        and `dlu status` show how long it took. Not waited for: this runs in a heartbeat."""
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, master_name
+
+        if not ray.is_initialized():
+            return
+        try:
+            master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        except ValueError:
+            return  # the PrimeMaster is being rebuilt: the metric has the figure
+        message = f"every rank training again {took:.2f}s after the in-place restart"
+        master.record_event.remote("failover_done", message, self.role, "in_place", took)
 
     def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
         import ray

@@ -132,7 +132,11 @@ def _launch(args: argparse.Namespace) -> int:
             printer(status)
             publisher(status)
 
-        final = launcher.wait_job(spec, on_update, on_poll=box.poll)
+        def on_poll() -> None:
+            box.poll()
+            publisher.tick()
+
+        final = launcher.wait_job(spec, on_update, on_poll=on_poll)
     except _Terminated:
         # The PrimeMaster is detached: without this, the job would outlive a stopped Ray job.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -2,9 +2,11 @@
 
 A remote `dlu status` reads the launcher's log (no Ray job per call), so the launcher writes
 each event once as it happens (`DLU-EVENT`) and the job's status (`DLU-STATUS`, without
-events) whenever it changes: at once when anything but the ranks' steps changed (a stage, an
-actor's state, a restart), else at most every `DLU_STATUS_INTERVAL_S` seconds (default 5), so
-a long run's log grows by one short line per interval, not per poll.
+events) whenever it changes: at once when anything but the ranks' steps and metrics changed (a
+stage, an actor's state, a restart), else at most every `DLU_STATUS_INTERVAL_S` seconds
+(default 5), so a long run's log grows by one short line per interval, not per poll. A remote
+`dlu run` draws its live console from these lines: failures and recoveries as they happen, the
+steps and metrics once per interval.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ def without_events(status: JobStatus) -> JobStatus:
 
 
 def shape(status: JobStatus) -> JobStatus:
-    """The status without what changes with training progress alone (events, steps)."""
+    """The status without what changes with training progress alone (events, steps, metrics)."""
+    progress: dict[str, object] = {"step": None, "metric": None}
     roles = [
-        role.model_copy(update={"actors": [a.model_copy(update={"step": None}) for a in role.actors]})
+        role.model_copy(update={"actors": [a.model_copy(update=progress) for a in role.actors]})
         for role in status.roles
     ]
     return status.model_copy(update={"events": [], "roles": roles})
@@ -57,7 +60,8 @@ def due(last: JobStatus | None, last_time: float, current: JobStatus, now: float
 
 
 class StatusPublisher:
-    """Called with every changed status of the job; writes the wire lines `due` asks for."""
+    """Called with every changed status of the job, and `tick`ed on every poll of it; writes the
+    wire lines `due` asks for."""
 
     def __init__(
         self,
@@ -71,12 +75,19 @@ class StatusPublisher:
         self._cursor = EventCursor()
         self._last: JobStatus | None = None
         self._last_time = 0.0
+        self._seen: JobStatus | None = None
 
     def __call__(self, status: JobStatus) -> None:
         for event in self._cursor.take(status.events):
             self._emit(wire.event_line(event))
-        now = self._clock()
-        if due(self._last, self._last_time, status, now, self._interval):
+        self._seen = status
+        self.tick()
+
+    def tick(self) -> None:
+        """Publish the latest status seen if it is due: steps held back inside the interval go
+        out once it has passed, even if the job changes no more (a stalled rank's last step)."""
+        status, now = self._seen, self._clock()
+        if status is not None and due(self._last, self._last_time, status, now, self._interval):
             self._emit(wire.status_line(without_events(status)))
             self._last, self._last_time = status, now
 

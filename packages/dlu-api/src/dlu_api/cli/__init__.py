@@ -15,6 +15,7 @@ import typer
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import detach, interrupts
+from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console, quiet_python_warnings
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
@@ -37,6 +38,16 @@ app = typer.Typer(
 AddressOpt = Annotated[
     str | None,
     typer.Option("--address", "-a", envvar="DLU_ADDRESS", help="Ray job server URL; unset: local."),
+]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        envvar=VERBOSE_ENV,
+        help="Also show Ray's own warnings and logs, DLU's actors' logs and what the job's "
+        "processes print (a local run); without it, only the job's progress.",
+    ),
 ]
 WorkdirOpt = Annotated[
     str | None,
@@ -104,16 +115,21 @@ def run(
             "goes on in a detached process); prints how to follow and stop it.",
         ),
     ] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code.
+    """Run a job and wait for it, showing its stage, roles, restarts and each failure and recovery
+    (a live view in a terminal, one line per event otherwise). Exits with the job's code;
+    `--no-wait` prints plain lines until the job is RUNNING and returns, leaving it running.
 
     Ctrl-C (or SIGTERM) stops the job cleanly and exits with 130; a second one stops it at once.
     A local run of a job name that another process on this machine runs is refused."""
+    if not verbose:
+        quiet_python_warnings()
     try:
         spec = _spec_from_args(spec_or_command, name, device_type, address)
         if no_wait and _is_local(address):
-            _run_detached_local(spec)
-        client = connect(address, workdir, spec)
+            _run_detached_local(spec, verbose)
+        client = connect(address, workdir, spec, quiet=not verbose)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if no_wait:
@@ -126,15 +142,16 @@ def _is_local(address: str | None) -> bool:
     return address is None or address == "local"
 
 
-def _run_detached_local(spec: JobSpec) -> NoReturn:
-    """`dlu run --no-wait` on this machine: a detached `dlu run` runs the job; exits once it is
-    RUNNING (0), or with that process's code if it ended first."""
+def _run_detached_local(spec: JobSpec, verbose: bool) -> NoReturn:
+    """`dlu run --no-wait` on this machine: a detached `dlu run` runs the job (plain lines into
+    its console log, `--verbose` passed on); exits once it is RUNNING (0), or with that
+    process's code if it ended first."""
     check_local(spec)  # bad input refused here, before any process starts
     client = local_client()
     files = getattr(client, "files", None)
     if files is None:
         raise DLUError("the installed dlu-prime keeps no job records; upgrade it to match dlu-api")
-    process, console = detach.start_local(spec, Path(files.root).parent)
+    process, console = detach.start_local(spec, Path(files.root).parent, verbose)
     printer = ProgressPrinter(_echo)
     try:
         current = detach.wait_local(files.status, spec.name, process, printer)
@@ -187,12 +204,15 @@ def resume(
     spec_file: Annotated[Path, typer.Argument(help="The job's spec (it names the state store).")],
     address: AddressOpt = None,
     workdir: WorkdirOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Start a stored job again from its state store, e.g. on a new Ray cluster after the old one
     was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
+    if not verbose:
+        quiet_python_warnings()
     try:
         spec = _spec_from_args([str(spec_file)], None, None)
-        client = connect(address, workdir, spec)
+        client = connect(address, workdir, spec, quiet=not verbose)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
     _start_and_follow(client, spec, client.resume)
@@ -206,7 +226,7 @@ SECOND_INTERRUPT_REASON = (
 def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec], str]) -> NoReturn:
     """Start the job, follow it to its end, close the client; exits with the job's code (130
     when interrupted)."""
-    printer = ProgressPrinter(_echo)
+    console = job_console(_echo)
     try:
         try:
             job = start(spec)
@@ -215,15 +235,18 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
         except KeyboardInterrupt:
             typer.echo(f"interrupted: job {spec.name} was not started", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        final, code = _follow(client, job, printer)
+        try:
+            final, code = _follow(client, job, console)
+        finally:
+            console.stop()  # the terminal back, whatever happened
+        console.close(final)
     finally:
         with interrupts.shielded(f"dlu: shutting down, a moment (`kill -9 {os.getpid()}` ends it now)"):
             client.close()
-    typer.echo(status_text(final, events=0))
     raise typer.Exit(code)
 
 
-def _follow(client: JobClient, job: str, printer: ProgressPrinter) -> tuple[JobStatus, int]:
+def _follow(client: JobClient, job: str, printer: JobConsole) -> tuple[JobStatus, int]:
     """Wait for the job to stop: the first interrupt stops it cleanly, a second one at once."""
     with interrupts.terminate_as_interrupt():
         try:

@@ -55,8 +55,9 @@ def detached_dir(home: Path, name: str) -> Path:
     return home / "jobs" / f"{name}.detached"
 
 
-def start_local(spec: JobSpec, home: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start `dlu run` of `spec` in a detached process; (the process, its console log)."""
+def start_local(spec: JobSpec, home: Path, verbose: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start `dlu run` of `spec` in a detached process; (the process, its console log). Its
+    output is a file, so it writes plain lines, no live view; quiet unless `verbose`."""
     folder = detached_dir(home, spec.name)
     folder.mkdir(parents=True, exist_ok=True)
     spec_path = folder / "spec.json"
@@ -64,7 +65,8 @@ def start_local(spec: JobSpec, home: Path) -> tuple[subprocess.Popen[bytes], Pat
     console = folder / "console.log"
     with console.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", "from dlu_api.cli import main; main()", "run", str(spec_path)],
+            [sys.executable, "-c", "from dlu_api.cli import main; main()", "run", str(spec_path)]
+            + (["--verbose"] if verbose else []),
             cwd=os.getcwd(),
             stdin=subprocess.DEVNULL,
             stdout=out,

@@ -6,18 +6,24 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from dlu_api.cli.console_model import sub_master_stage, workers_of
 from dlu_api.diagnosis import root_cause
 from dlu_api.recovery import recovery_lines
 from dlu_api.status import EventCursor, JobEvent, JobStatus, RoleStatus
 
 
 def role_line(role: RoleStatus, with_step: bool = False) -> str:
-    stages = Counter(a.stage for a in role.actors)
+    """The role's workers by stage (its SubMaster apart, and left out once they all finished)."""
+    workers = workers_of(role)
+    stages = Counter(a.stage for a in workers)
     stage_text = ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items())) or "no actors"
+    sub_master = sub_master_stage(role, workers)
+    if sub_master is not None:
+        stage_text += f" + SubMaster {sub_master}"
     restarts = f", {role.restart_count} restart(s)" if role.restart_count else ""
     if role.inplace_restart_count:
         restarts += f", {role.inplace_restart_count} in-place restart(s)"
-    steps = [a.step for a in role.actors if a.step is not None]
+    steps = [a.step for a in workers if a.step is not None]
     step = f", step {max(steps)}" if with_step and steps else ""
     size = f"size {role.size}, " if role.size else ""
     resized = f", {role.resize_count} resize(s)" if role.resize_count else ""

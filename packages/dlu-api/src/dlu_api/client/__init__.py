@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.client.local import check_local, local_client, reserve_local, warm_up_local
+from dlu_api.client.local import QUIET_RAY_OPTIONS, check_local, local_client, reserve_local, warm_up_local
 
 if TYPE_CHECKING:
     from dlu_api.client.remote import RemoteJobClient
@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 ADDRESS_ENV = "DLU_ADDRESS"
 
 
-def connect(address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None) -> JobClient:
+def connect(
+    address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None, quiet: bool = False
+) -> JobClient:
     """The client for `address`, else `$DLU_ADDRESS`, else the local embedded Ray.
 
     `workdir` (clusters only): the job's code: a directory here (uploaded), `cluster:/path` on the
@@ -24,6 +26,8 @@ def connect(address: str | None = None, workdir: str | None = None, spec: JobSpe
     bad input before anything starts), takes the job's name on this machine (refused if another
     process runs it), then starts what this machine's workers will need (the zygote of elastic
     roles) before it imports Ray, so that their imports overlap.
+    `quiet` (local runs): the embedded Ray forwards no worker output and logs only errors, so
+    `dlu run` shows the job's progress and nothing else (its `--verbose` turns this off).
 
     Raises:
         ValueError: the address is not an http(s) URL.
@@ -37,7 +41,7 @@ def connect(address: str | None = None, workdir: str | None = None, spec: JobSpe
             check_local(spec)
             reserve_local(spec)
             warm_up_local(spec)
-        return local_client()
+        return local_client(QUIET_RAY_OPTIONS if quiet else None)
     if not address.startswith(("http://", "https://")):
         raise ValueError(f"address {address!r} is not the Ray job server's URL; use e.g. http://HEAD:8265")
     from dlu_api.client.remote import RemoteJobClient

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,15 @@ INSTALL_HINT = (
 )
 
 
-def local_client() -> JobClient:
-    """A client that runs jobs on an embedded Ray in this process.
+QUIET_RAY_OPTIONS: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
+"""`ray.init` options of a quiet `dlu run`: no worker output forwarded to the driver (the
+PrimeMaster's INFO log, Ray's warnings from inside actors, the ranks' own output) and only
+errors from Ray's own logger here (e.g. its token-authentication notice)."""
+
+
+def local_client(ray_options: dict[str, Any] | None = None) -> JobClient:
+    """A client that runs jobs on an embedded Ray in this process, started with `ray_options`
+    (passed to `ray.init`).
 
     Raises:
         MissingComponentError: dlu-prime, or something it needs, is not installed.
@@ -48,7 +56,7 @@ def local_client() -> JobClient:
             "reinstall it with `pip install --force-reinstall dlu-prime`."
         ) from None
     client_class = getattr(module, attr)
-    client = client_class()
+    client = client_class(**(ray_options or {}))
     if not isinstance(client, JobClient):
         raise MissingComponentError(f"{LOCAL_CLIENT_PATH} is not a JobClient; reinstall dlu-prime.")
     return client

@@ -5,7 +5,8 @@ the log of the job it submitted. So the launcher (`python -m dlu_prime ...`) wri
 machine lines there, each a tag and one JSON value, among its human-readable progress:
 
 - `DLU-ACCEPTED {...}`: the job passed the cluster's checks and its PrimeMaster exists;
-- `DLU-STATUS {...}`: a `JobStatus` (on every stage change, at the end, and from `status`);
+- `DLU-STATUS {...}`: a `JobStatus` whenever it changes (the ranks' steps and metrics alone at
+  most every few seconds: `dlu_prime.publish`), at the end, and from `status`;
 - `DLU-ERROR {...}`: why the launcher refused or failed (`kind`, `message`, `problems`);
 - `DLU-EVENT {...}`: each event of the job's timeline, once, as it happens (the whole timeline
   however long, where a `DLU-STATUS` carries none or a bounded tail);

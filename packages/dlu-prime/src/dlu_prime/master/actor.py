@@ -170,8 +170,15 @@ class PrimeMaster:
             return {name: self.scheduler.call(name, "set_step", step) for name in names}
         raise ValueError(f"unknown debug action {action!r}; use mark_unhealthy, get_step or set_step")
 
-    def record_event(self, kind: str, message: str, role: str | None = None) -> None:
-        self.manager.record_event(kind, message, role)
+    def record_event(
+        self,
+        kind: str,
+        message: str,
+        role: str | None = None,
+        tier: str | None = None,
+        duration_s: float | None = None,
+    ) -> None:
+        self.manager.record_event(kind, message, role, tier, duration_s)
 
     def create_channel(self, name: str, capacity: int) -> Any:
         from dlu_prime.naming import channel_name

@@ -17,9 +17,12 @@ class Liveness:
         self.beats: dict[str, tuple[int, float]] = {}
         self.unavailable: dict[str, float] = {}
         self.final_steps: dict[str, int] = {}
+        self.metrics: dict[str, float] = {}  # last metric each actor reported (shown, never judged)
 
     def track(self, observations: Mapping[str, ActorObservation], now: float) -> None:
         for name, seen in observations.items():
+            if seen.metric is not None:
+                self.metrics[name] = seen.metric
             if seen.stage is ActorStage.FINISH:
                 # Hang tracking drops a finished actor; its status still shows how far it got.
                 last = self.steps.get(name, (0, now))[0]
@@ -35,7 +38,12 @@ class Liveness:
         self.steps.clear()
         self.beats.clear()
         self.final_steps.clear()
+        self.metrics.clear()
 
     def last_steps(self) -> dict[str, int]:
         """The last step of each running actor, and the final one of each finished actor."""
         return self.final_steps | {name: step for name, (step, _) in self.steps.items()}
+
+    def last_metrics(self) -> dict[str, float]:
+        """The last metric each actor reported, kept once it finished (its final loss, say)."""
+        return dict(self.metrics)

@@ -58,7 +58,7 @@ from dlu_prime.master.registry import Registry
 from dlu_prime.master.resize import resizing
 from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.setup_checks import SetupChecks
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import ActorStage, JobState, Tier
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.state.base import StateStore
 
@@ -255,18 +255,28 @@ class PrimeManager:
             self._injected.extend(failures)
         self._wake.set()
 
-    def record_event(self, kind: str, message: str, role: str | None = None) -> None:
-        """An event from a SubMaster (node check verdicts, in-place restarts), saved at once."""
-        self.apply(Note(kind, message, role))
+    def record_event(
+        self,
+        kind: str,
+        message: str,
+        role: str | None = None,
+        tier: str | None = None,
+        duration_s: float | None = None,
+    ) -> None:
+        """An event from a SubMaster (node check verdicts, the end of an in-place restart with
+        its duration), saved at once."""
+        self.apply(Note(kind, message, role, tier=Tier(tier) if tier else None, duration_s=duration_s))
 
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
-        """The persisted state plus the live training steps (kept in memory: not worth a write)."""
+        """The persisted state plus the live training steps and metrics (kept in memory: not worth a write)."""
         with self.lock:
             status = self.state.to_status(events, events_after)
             steps = self.liveness.last_steps()
+            metrics = self.liveness.last_metrics()
         for role in status.roles:
             for actor in role.actors:
                 actor.step = steps.get(actor.name)
+                actor.metric = metrics.get(actor.name)
         return status
 
     def steps(self) -> dict[str, int]:

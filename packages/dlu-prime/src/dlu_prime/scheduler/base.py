@@ -37,6 +37,7 @@ class ActorObservation:
     node_id: str | None = None
     last_heartbeat: float | None = None
     step: int = 0
+    metric: float | None = None  # the last metric its code reported with `heartbeat(step, metric)`
     reported_errors: tuple[str, ...] = field(default=())
     reconstructed: bool = False
     unavailable: bool = False  # Ray is restarting it: it will report itself when back
@@ -61,6 +62,7 @@ class ActorObservation:
             node_id=status.get("node_id"),
             last_heartbeat=status.get("last_heartbeat"),
             step=int(status.get("step") or 0),
+            metric=_metric(status.get("metric")),
             reported_errors=tuple(e["message"] for e in status.get("errors") or ()),
             reconstructed=bool(status.get("reconstructed")),
             beats=int(status.get("beats") or 0),
@@ -68,6 +70,13 @@ class ActorObservation:
             steps_reported=bool(status.get("steps_reported")),
             incarnation=f"{status.get('node_id')}/{status['pid']}" if status.get("pid") else None,
         )
+
+
+def _metric(value: Any) -> float | None:
+    """A reported metric as a float; None for none, or for what is not a number (shown, never judged)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 class Scheduler(ABC):
