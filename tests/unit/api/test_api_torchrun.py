@@ -127,8 +127,8 @@ def test_rendezvous_and_master_flags_are_ignored() -> None:
         "--nproc-per-node=2 --monitor-interval=5 --log-dir /tmp/l train.py"
     )
     assert (cmd.max_nodes, cmd.nproc_per_node, cmd.entrypoint) == (2, 2, "train.py")
+    assert cmd.log_dir == "/tmp/l"
     assert cmd.ignored_flags == (
-        "log-dir",
         "master-addr",
         "master-port",
         "monitor-interval",
@@ -290,3 +290,32 @@ def test_from_torchrun_cmd_says_which_flags_it_ignores(caplog: pytest.LogCapture
     with caplog.at_level("WARNING", logger="dlu_api.builder"):
         from_torchrun_cmd("torchrun --nnodes=1 --nproc-per-node=2 train.py", device_type="CPU")
     assert caplog.text == ""
+
+
+def test_log_flags_are_kept_not_ignored() -> None:
+    cmd = parse_torchrun("torchrun --nproc-per-node=2 --log-dir=/tmp/l --redirects 3 --tee=0:1,1:2 train.py")
+    assert (cmd.log_dir, cmd.redirects, cmd.tee, cmd.ignored_flags) == ("/tmp/l", "3", "0:1,1:2", ())
+
+
+def test_short_log_flags() -> None:
+    cmd = parse_torchrun("torchrun -r 2 -t=1 train.py")
+    assert (cmd.redirects, cmd.tee) == ("2", "1")
+
+
+@pytest.mark.parametrize("flag", ["--redirects=4", "--tee x", "-r 0:1,0:2", "--tee=1:"])
+def test_bad_stream_mode_is_named(flag: str) -> None:
+    name = "--redirects" if "-r" in flag else "--tee"
+    with pytest.raises(ValueError, match=f"{name} .* is not a stream mode|{name} .* names rank 0 twice"):
+        parse_torchrun(f"torchrun {flag} train.py")
+
+
+def test_log_flags_reach_the_spec() -> None:
+    from dlu_api.builder import from_torchrun_cmd
+
+    spec = from_torchrun_cmd(
+        "torchrun --nproc-per-node=2 --log-dir logs --redirects 1 --tee 0:3 train.py", device_type="CPU"
+    )
+    assert spec.logs.dir is not None and spec.logs.dir.startswith("/") and spec.logs.dir.endswith("/logs")
+    assert (spec.logs.redirects, spec.logs.tee) == ("1", "0:3")
+    plain = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", device_type="CPU")
+    assert (plain.logs.dir, plain.logs.redirects, plain.logs.tee) == (None, "3", "0")

@@ -7,6 +7,7 @@ builder and a YAML file can never disagree on defaults or validation.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Generic, Self, TypeVar
 
 from dlu_api.spec.io import spec_from_dict
@@ -206,6 +207,14 @@ class DLJobBuilder:
         self._job.setdefault("master", {}).update(settings)
         return self
 
+    def logs(self, dir: str | None = None, redirects: str | int | None = None, tee: str | int | None = None) -> Self:
+        """Per-rank log files, as torchrun's --log-dir, --redirects and --tee (see `LogsSettings`)."""
+        settings: dict[str, Any] = self._job.setdefault("logs", {})
+        for key, value in (("dir", dir), ("redirects", redirects), ("tee", tee)):
+            if value is not None:
+                settings[key] = value
+        return self
+
     # roles
     def role(self, name: str) -> Self:
         """Name the role that the next `run()` / `train()` / `custom()` defines."""
@@ -319,7 +328,7 @@ def from_torchrun_cmd(
     if cmd.ignored_flags:
         flags = ", ".join(f"--{flag}" for flag in cmd.ignored_flags)
         logger.warning(
-            "torchrun flags DLU handles itself (its own rendezvous, logs, monitoring), ignored: %s", flags
+            "torchrun flags DLU handles itself (its own rendezvous and monitoring), ignored: %s", flags
         )
     dtype = device_type.upper()
     builder = DLJobBuilder(name).device_type(dtype)
@@ -334,6 +343,10 @@ def from_torchrun_cmd(
             )
     per_node = device_per_node if device_per_node is not None else (nproc if dtype == "GPU" else 0)
     builder.device_per_node(per_node).node_num(cmd.max_nodes)
+    if cmd.log_dir is not None:
+        builder.logs(dir=os.path.abspath(os.path.expanduser(cmd.log_dir)))  # as the driver sees it
+    if cmd.redirects is not None or cmd.tee is not None:
+        builder.logs(redirects=cmd.redirects, tee=cmd.tee)
     trainer = builder.role(role).train(cmd.entrypoint).nnodes(cmd.nnodes).nproc_per_node(nproc)
     if cmd.max_restarts is not None:
         trainer.max_restart(cmd.max_restarts)
