@@ -514,7 +514,7 @@ def test_events_are_not_supported_yet_with_a_pointer_to_logs(
 ) -> None:
     server.next_job = FakeJob(statuses=["RUNNING"])
     client.submit(demo_spec())
-    with pytest.raises(NotSupportedError, match="dlu logs demo"):
+    with pytest.raises(NotSupportedError, match="dlu events --follow demo"):
         client.events("demo")
     with pytest.raises(JobNotFoundError, match="'ghost'"):
         client.events("ghost")
@@ -570,33 +570,33 @@ def test_stop_server_error() -> None:
         client.stop("demo")
 
 
-# --- logs ---------------------------------------------------------------------------------
+# --- timeline (the launcher's log) ---------------------------------------------------------------------------------
 
 
-def test_logs_without_follow(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_without_follow(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     job = add_job(server, FakeJob(statuses=["RUNNING"], logs=["one\ntwo\nthree\n"]))
-    assert list(client.logs("demo")) == ["one", "two", "three"]
+    assert list(client.timeline("demo")) == ["one", "two", "three"]
     assert job.status_reads == 0  # without follow the job's state is never asked for
 
 
-def test_logs_leave_out_wire_lines(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_leave_out_wire_lines(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(RUNNING_STATUS)]))
-    assert list(client.logs("demo")) == ["[demo] stage RUNNING"]
+    assert list(client.timeline("demo")) == ["[demo] stage RUNNING"]
 
 
-def test_logs_without_follow_keeps_a_partial_last_line(
+def test_timeline_without_follow_keeps_a_partial_last_line(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"], logs=["one\n\ntwo\npart"]))
-    assert list(client.logs("demo")) == ["one", "", "two", "part"]
+    assert list(client.timeline("demo")) == ["one", "", "two", "part"]
 
 
-def test_logs_of_empty_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_of_empty_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
-    assert list(client.logs("demo")) == []
+    assert list(client.timeline("demo")) == []
 
 
-def test_logs_follow_yields_every_line_once_in_order(
+def test_timeline_follow_yields_every_line_once_in_order(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     growth = [
@@ -610,14 +610,14 @@ def test_logs_follow_yields_every_line_once_in_order(
     job = add_job(
         server, FakeJob(statuses=["PENDING", "RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"], logs=growth)
     )
-    lines = list(client.logs("demo", follow=True))
+    lines = list(client.timeline("demo", follow=True))
     assert lines == ["a1", "a2", "half done", "b1", "b2", "last"]
     assert job.status_reads == 5  # followed until the job finished, then stopped polling
 
 
-def test_logs_follow_flushes_a_final_partial_line(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_follow_flushes_a_final_partial_line(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["RUNNING", "FAILED"], logs=["x\n", "x\ny\n", "x\ny\nTraceback: boom"]))
-    assert list(client.logs("demo", follow=True)) == ["x", "y", "Traceback: boom"]
+    assert list(client.timeline("demo", follow=True)) == ["x", "y", "Traceback: boom"]
 
 
 def test_logs_of_unknown_job(client: RemoteJobClient) -> None:

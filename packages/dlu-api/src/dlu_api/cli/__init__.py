@@ -18,6 +18,7 @@ from dlu_api.cli import interrupts
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.cli.tee import RankTee
 from dlu_api.client import JobClient, connect
 from dlu_api.errors import DLUError, SpecError
 from dlu_api.spec.entrypoint import is_torchrun_command
@@ -131,6 +132,12 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
     """Start the job, follow it to its end, close the client; exits with the job's code (130
     when interrupted)."""
     printer = ProgressPrinter(_echo)
+    tee = RankTee(client, spec, _echo)
+
+    def on_update(status: JobStatus) -> None:
+        tee.see(status)
+        printer(status)
+
     try:
         try:
             job = start(spec)
@@ -139,7 +146,10 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
         except KeyboardInterrupt:
             typer.echo(f"interrupted: job {spec.name} was not started", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        final, code = _follow(client, job, printer)
+        try:
+            final, code = _follow(client, job, on_update)
+        finally:
+            tee.stop()  # what the ranks printed last, before the final status
     finally:
         with interrupts.shielded(f"dlu: shutting down, a moment (`kill -9 {os.getpid()}` ends it now)"):
             client.close()
@@ -147,7 +157,7 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
     raise typer.Exit(code)
 
 
-def _follow(client: JobClient, job: str, printer: ProgressPrinter) -> tuple[JobStatus, int]:
+def _follow(client: JobClient, job: str, printer: Callable[[JobStatus], None]) -> tuple[JobStatus, int]:
     """Wait for the job to stop: the first interrupt stops it cleanly, a second one at once."""
     with interrupts.terminate_as_interrupt():
         try:
@@ -202,9 +212,17 @@ def status(
 def events(
     job: Annotated[str, typer.Argument(help="Job name.")],
     address: AddressOpt = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", "-f", help="Print the timeline as readable lines as it grows, until the job stops."),
+    ] = False,
 ) -> None:
     """Print a job's event timeline as JSON lines, one event per line, oldest first."""
     try:
+        if follow:
+            for line in connect(address).timeline(job, follow=True):
+                typer.echo(line)
+            return
         timeline = connect(address).events(job)
     except DLUError as exc:
         raise _fail(str(exc)) from None
@@ -236,13 +254,16 @@ def delete(job: Annotated[str, typer.Argument(help="Job name.")], address: Addre
 def logs(
     job: Annotated[str, typer.Argument(help="Job name.")],
     address: AddressOpt = None,
+    role: Annotated[str | None, typer.Option("--role", "-r", help="Only this role's ranks.")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank (of each role, or of --role).")] = None,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing until the job stops.")
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job stops.")
     ] = False,
 ) -> None:
-    """Print a job's logs."""
+    """Print what a job's ranks wrote to stdout and stderr, each line prefixed [role/rankN]
+    ([role/rankN:err] for stderr). `dlu events` prints the job's timeline."""
     try:
-        for line in connect(address).logs(job, follow):
+        for line in connect(address).logs(job, follow, role=role, rank=rank):
             typer.echo(line)
     except DLUError as exc:
         raise _fail(str(exc)) from None

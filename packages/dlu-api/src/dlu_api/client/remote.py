@@ -21,7 +21,8 @@ import os
 import shlex
 import time
 import uuid
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ import httpx
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import wire
 from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.rank_files import check_selection, selection_text
+from dlu_api.client.ray_logs import RayLogApi, RemoteRankLogs
 from dlu_api.client.remote_delete import delete_runs
 from dlu_api.errors import (
     ClusterError,
@@ -40,6 +43,7 @@ from dlu_api.errors import (
     NotSupportedError,
     VersionMismatchError,
 )
+from dlu_api.rank_logs import RankFile
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
@@ -273,7 +277,7 @@ class RemoteJobClient(JobClient):
             return list(status.events)
         raise NotSupportedError(
             f"the event timeline of a job on a cluster is not available yet from {self.address}; "
-            f"`dlu logs {name}` prints the job's log, which includes its events"
+            f"`dlu events --follow {name}` prints the launcher's log, which includes its events"
         )
 
     # probes ------------------------------------------------------------------------------------
@@ -431,7 +435,49 @@ class RemoteJobClient(JobClient):
         delete_runs(self.address, name, runs, self._request)
 
     # logs and list -----------------------------------------------------------------------------
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
+        """The rank log files, through Ray's dashboard log API (see `dlu_api.client.ray_logs`).
+        The run is the one the launcher last reported (its status carries the run id)."""
+        sid = self._sid(name)
+        status = self._status(name, live=False)
+        if status.log_dir:
+            raise NotSupportedError(
+                f"job {name!r} writes its rank logs to {status.log_dir} on each node (its spec's "
+                "logs.dir); Ray's log API serves only Ray's own log dir: read them on the nodes, or "
+                "leave logs.dir unset"
+            )
+        if not status.run_id:
+            raise DLUError(f"job {name!r} has no rank logs yet: it has not started a run ({status.stage.value})")
+        check_selection(status, role, rank)
+        ranks = RemoteRankLogs(self._log_api(), name, status.run_id)
+        if not follow:
+            found = False
+            for line in ranks.read(role, rank):
+                found = True
+                yield line
+            if not found:
+                raise DLUError(f"job {name!r} has no rank logs{selection_text(role, rank)} on {self.address} yet")
+            return
+
+        def running() -> bool:
+            return str(self._job_info_by_id(sid, name).get("status")) not in TERMINAL
+
+        yield from ranks.follow(role, rank, running)
+
+    def tee_lines(
+        self, status: JobStatus, wanted: Callable[[RankFile], bool], stop: threading.Event
+    ) -> Iterator[str]:
+        if status.log_dir or not status.run_id:
+            return
+        ranks = RemoteRankLogs(self._log_api(), status.name, status.run_id)
+        yield from ranks.follow(None, None, lambda: not stop.is_set(), wanted, stop)
+
+    def _log_api(self) -> RayLogApi:
+        return RayLogApi(self.address, self._request, self._http.stream)
+
+    def timeline(self, name: str, follow: bool = False) -> Iterator[str]:
         """The launcher's log: stages, role states and events as they happen, then the final status.
         Wire lines (for this client) are left out."""
         sid = self._sid(name)

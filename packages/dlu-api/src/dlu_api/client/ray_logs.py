@@ -1,0 +1,189 @@
+"""Rank log files of a cluster job, read through Ray's dashboard log API: plain HTTP, so a driver
+with only dlu-api reads them.
+
+A cluster job's ranks write under each node's Ray log dir (`dlu/<job>/<run_id>/...`), which is
+what the API serves: `GET /api/v0/nodes` finds the nodes, `GET /api/v0/logs?node_id&glob` the
+files on one, `GET /api/v0/logs/file?...&lines=-1` a whole file, and
+`GET /api/v0/logs/stream?...&lines=-1&interval=S` a file and then what is appended to it, on one
+connection. Following reads each file once, incrementally: bytes already received are never asked
+for again (only a stream that breaks while the job runs is opened anew, skipping what was read).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import httpx
+
+from dlu_api.errors import ClusterError
+from dlu_api.rank_logs import RAY_SUBDIR, LineSplitter, RankFile, parse_rank_file, select
+
+logger = logging.getLogger(__name__)
+
+STREAM_INTERVAL_S = 0.5
+LIST_EVERY_S = 3.0  # how often a follower looks for new files (ranks that start later)
+
+Request = Callable[..., httpx.Response]
+
+
+@dataclass(frozen=True, order=True)
+class RemoteFile:
+    node_id: str
+    file: RankFile
+
+
+class RayLogApi:
+    """The dashboard's log endpoints. `request(method, path, **kwargs)` sends one request (and
+    turns transport errors into ClusterError); `stream(method, path, **kwargs)` opens a
+    streaming response (an httpx context manager)."""
+
+    def __init__(self, address: str, request: Request, stream: Callable[..., Any]) -> None:
+        self.address = address
+        self._request = request
+        self._stream = stream
+
+    def _data(self, response: httpx.Response, what: str) -> Any:
+        if response.status_code == 404:
+            raise ClusterError(
+                f"the cluster at {self.address} has no log API ({what}: HTTP 404); rank logs need "
+                "Ray's dashboard (`ray start --head --include-dashboard=true`)"
+            )
+        if response.status_code >= 400:
+            raise ClusterError(f"{what} on {self.address} failed: HTTP {response.status_code} {response.text[:500]}")
+        body: dict[str, Any] = response.json()
+        if not body.get("result", True):
+            raise ClusterError(f"{what} on {self.address} failed: {body.get('msg')}")
+        data = body.get("data")
+        return cast(dict[str, Any], data).get("result") if isinstance(data, dict) else None
+
+    def alive_nodes(self) -> list[str]:
+        data = self._data(self._request("GET", "/api/v0/nodes", params={"limit": 10000}), "listing the nodes")
+        page = cast(dict[str, Any], data) if isinstance(data, dict) else {}
+        rows = cast(list[dict[str, Any]], page.get("result") or [])
+        return sorted(str(r["node_id"]) for r in rows if r.get("state", "ALIVE") == "ALIVE" and r.get("node_id"))
+
+    def list_files(self, node_id: str, glob: str) -> list[str]:
+        data = self._data(
+            self._request("GET", "/api/v0/logs", params={"node_id": node_id, "glob": glob}),
+            f"listing the logs of node {node_id[:8]}",
+        )
+        groups = cast(dict[str, list[str]], data) if isinstance(data, dict) else {}
+        return sorted({str(f) for files in groups.values() for f in files})
+
+    def read(self, node_id: str, filename: str) -> bytes:
+        response = self._request(
+            "GET", "/api/v0/logs/file", params={"node_id": node_id, "filename": filename, "lines": -1}
+        )
+        if response.status_code >= 400:
+            raise ClusterError(
+                f"reading {filename} on node {node_id[:8]} of {self.address} failed: "
+                f"HTTP {response.status_code} {response.text[:500]}"
+            )
+        return response.content
+
+    def follow(self, node_id: str, filename: str, skip: int, stop: threading.Event) -> Iterator[bytes]:
+        """The file from byte `skip` on, then what is appended, until `stop` is set."""
+        params = {"node_id": node_id, "filename": filename, "lines": -1, "interval": STREAM_INTERVAL_S}
+        with self._stream("GET", "/api/v0/logs/stream", params=params, timeout=httpx.Timeout(10.0, read=None)) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ClusterError(f"streaming {filename} failed: HTTP {response.status_code} {response.text[:500]}")
+            for chunk in response.iter_bytes():
+                if skip:
+                    dropped = min(skip, len(chunk))
+                    chunk, skip = chunk[dropped:], skip - dropped
+                if chunk:
+                    yield chunk
+                if stop.is_set():
+                    return
+
+
+def run_glob(job: str, run_id: str) -> str:
+    return f"{RAY_SUBDIR}/{job}/{run_id}/*/rank*.*"
+
+
+class RemoteRankLogs:
+    """The rank logs of one run of a cluster job."""
+
+    def __init__(self, api: RayLogApi, job: str, run_id: str) -> None:
+        self.api = api
+        self.glob = run_glob(job, run_id)
+
+    def files(self, role: str | None, rank: int | None) -> list[RemoteFile]:
+        found: list[RemoteFile] = []
+        for node in self.api.alive_nodes():
+            parsed = (parse_rank_file(name) for name in self.api.list_files(node, self.glob))
+            chosen = select([f for f in parsed if f is not None], role, rank)
+            found.extend(RemoteFile(node, f) for f in chosen)
+        return sorted(found, key=lambda r: (r.file.role, r.file.rank, r.file.stream != "out", r.node_id))
+
+    def read(self, role: str | None, rank: int | None) -> Iterator[str]:
+        for remote in self.files(role, rank):
+            split = LineSplitter()
+            data = self.api.read(remote.node_id, remote.file.path)
+            for line in [*split.feed(data), *split.flush()]:
+                yield f"{remote.file.label} {line}"
+
+    def follow(
+        self,
+        role: str | None,
+        rank: int | None,
+        running: Callable[[], bool],
+        wanted: Callable[[RankFile], bool] = lambda _: True,
+        stop: threading.Event | None = None,
+    ) -> Iterator[str]:
+        """Every selected file, one stream each, merged as lines come; new files are picked up.
+        Ends once `running()` says no (after a last interval for what was still in flight) or
+        `stop` is set."""
+        stop = stop or threading.Event()
+        lines: queue.Queue[str] = queue.Queue()
+        followers: dict[RemoteFile, threading.Thread] = {}
+        next_list = 0.0
+        ended_at: float | None = None
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_list and ended_at is None:
+                    for remote in self.files(role, rank):
+                        if remote not in followers and wanted(remote.file):
+                            thread = threading.Thread(
+                                target=self._pump, args=(remote, lines, stop), name="dlu-log-follow", daemon=True
+                            )
+                            followers[remote] = thread
+                            thread.start()
+                    next_list = now + LIST_EVERY_S
+                    if not running():
+                        ended_at = now
+                try:
+                    yield lines.get(timeout=0.2)
+                    continue
+                except queue.Empty:
+                    pass
+                if ended_at is not None and time.monotonic() - ended_at > 3 * STREAM_INTERVAL_S:
+                    break
+        finally:
+            stop.set()
+        while not lines.empty():
+            yield lines.get_nowait()
+
+    def _pump(self, remote: RemoteFile, lines: queue.Queue[str], stop: threading.Event) -> None:
+        split = LineSplitter()
+        received = 0
+        while not stop.is_set():
+            try:
+                for chunk in self.api.follow(remote.node_id, remote.file.path, received, stop):
+                    received += len(chunk)
+                    for line in split.feed(chunk):
+                        lines.put(f"{remote.file.label} {line}")
+            except (ClusterError, httpx.HTTPError) as exc:
+                logger.debug("stream of %s broke: %s", remote.file.path, exc)
+            if not stop.wait(STREAM_INTERVAL_S):
+                continue  # the stream ended while the job runs (agent restart): open it again
+        for line in split.flush():
+            lines.put(f"{remote.file.label} {line}")
