@@ -615,7 +615,9 @@ def test_timeline_follow_yields_every_line_once_in_order(
     assert job.status_reads == 5  # followed until the job finished, then stopped polling
 
 
-def test_timeline_follow_flushes_a_final_partial_line(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_follow_flushes_a_final_partial_line(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
     add_job(server, FakeJob(statuses=["RUNNING", "FAILED"], logs=["x\n", "x\ny\n", "x\ny\nTraceback: boom"]))
     assert list(client.timeline("demo", follow=True)) == ["x", "y", "Traceback: boom"]
 

@@ -24,14 +24,18 @@ from dlu_api.spec.io import spec_from_dict
 BASE = {"name": "logs-job", "roles": [{"name": "t", "entrypoint": "m:f"}]}
 
 
-@pytest.mark.parametrize(("text", "want"), [("0", 0), ("3", 3), (2, 2), ("0:1,1:2", {0: 1, 1: 2}), (" 4 : 3 ", {4: 3})])
+@pytest.mark.parametrize(
+    ("text", "want"), [("0", 0), ("3", 3), (2, 2), ("0:1,1:2", {0: 1, 1: 2}), (" 4 : 3 ", {4: 3})]
+)
 def test_modes_parse(text: str | int, want: object) -> None:
     assert parse_modes(text, "logs.tee") == want
 
 
 @pytest.mark.parametrize("text", ["4", "-1", "x", "0:4", "0:1,0:2", "1:", "", "0:1;1:2"])
 def test_bad_modes_name_the_field(text: str) -> None:
-    with pytest.raises(ValueError, match=r"logs\.redirects .*(not a stream mode|twice): give logs\.redirects"):
+    with pytest.raises(
+        ValueError, match=r"logs\.redirects .*(not a stream mode|twice): give logs\.redirects"
+    ):
         parse_modes(text, "logs.redirects")
 
 

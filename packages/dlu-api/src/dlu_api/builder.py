@@ -207,7 +207,9 @@ class DLJobBuilder:
         self._job.setdefault("master", {}).update(settings)
         return self
 
-    def logs(self, dir: str | None = None, redirects: str | int | None = None, tee: str | int | None = None) -> Self:
+    def logs(
+        self, dir: str | None = None, redirects: str | int | None = None, tee: str | int | None = None
+    ) -> Self:
         """Per-rank log files, as torchrun's --log-dir, --redirects and --tee (see `LogsSettings`)."""
         settings: dict[str, Any] = self._job.setdefault("logs", {})
         for key, value in (("dir", dir), ("redirects", redirects), ("tee", tee)):

@@ -16,10 +16,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.rank_files import (
+    FileTailer,
+    check_selection,
+    local_run_dir,
+    rank_files,
+    read_rank_logs,
+    selection_text,
+)
 from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError
-from dlu_api.spec.models import JobSpec
-from dlu_api.client.rank_files import FileTailer, check_selection, local_run_dir, rank_files, read_rank_logs, selection_text
 from dlu_api.rank_logs import HOME_SUBDIR, RankFile, select
+from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import job_lock, launcher, preflight, ray_env, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home

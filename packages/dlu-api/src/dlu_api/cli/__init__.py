@@ -214,7 +214,9 @@ def events(
     address: AddressOpt = None,
     follow: Annotated[
         bool,
-        typer.Option("--follow", "-f", help="Print the timeline as readable lines as it grows, until the job stops."),
+        typer.Option(
+            "--follow", "-f", help="Print the timeline as readable lines as it grows, until the job stops."
+        ),
     ] = False,
 ) -> None:
     """Print a job's event timeline as JSON lines, one event per line, oldest first."""
@@ -255,7 +257,9 @@ def logs(
     job: Annotated[str, typer.Argument(help="Job name.")],
     address: AddressOpt = None,
     role: Annotated[str | None, typer.Option("--role", "-r", help="Only this role's ranks.")] = None,
-    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank (of each role, or of --role).")] = None,
+    rank: Annotated[
+        int | None, typer.Option("--rank", help="Only this rank (of each role, or of --role).")
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job stops.")
     ] = False,

@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dlu_api.errors import DLUError
-from dlu_api.rank_logs import HOME_SUBDIR, LineSplitter, RankFile, expand_dir, parse_rank_file, run_dir, select
+from dlu_api.rank_logs import (
+    HOME_SUBDIR,
+    LineSplitter,
+    RankFile,
+    expand_dir,
+    parse_rank_file,
+    run_dir,
+    select,
+)
 from dlu_api.status import JobStatus
 
 POLL_S = 0.3
@@ -71,7 +79,9 @@ class FileTailer:
     before each line.
     """
 
-    def __init__(self, run_dir: Path, wanted: Callable[[RankFile], bool] = lambda _: True, prefix: bool = True):
+    def __init__(
+        self, run_dir: Path, wanted: Callable[[RankFile], bool] = lambda _: True, prefix: bool = True
+    ):
         self.run_dir = run_dir
         self._wanted = wanted
         self._prefix = prefix

@@ -55,7 +55,9 @@ class RayLogApi:
                 "Ray's dashboard (`ray start --head --include-dashboard=true`)"
             )
         if response.status_code >= 400:
-            raise ClusterError(f"{what} on {self.address} failed: HTTP {response.status_code} {response.text[:500]}")
+            raise ClusterError(
+                f"{what} on {self.address} failed: HTTP {response.status_code} {response.text[:500]}"
+            )
         body: dict[str, Any] = response.json()
         if not body.get("result", True):
             raise ClusterError(f"{what} on {self.address} failed: {body.get('msg')}")
@@ -66,7 +68,9 @@ class RayLogApi:
         data = self._data(self._request("GET", "/api/v0/nodes", params={"limit": 10000}), "listing the nodes")
         page = cast(dict[str, Any], data) if isinstance(data, dict) else {}
         rows = cast(list[dict[str, Any]], page.get("result") or [])
-        return sorted(str(r["node_id"]) for r in rows if r.get("state", "ALIVE") == "ALIVE" and r.get("node_id"))
+        return sorted(
+            str(r["node_id"]) for r in rows if r.get("state", "ALIVE") == "ALIVE" and r.get("node_id")
+        )
 
     def list_files(self, node_id: str, glob: str) -> list[str]:
         data = self._data(
@@ -90,10 +94,14 @@ class RayLogApi:
     def follow(self, node_id: str, filename: str, skip: int, stop: threading.Event) -> Iterator[bytes]:
         """The file from byte `skip` on, then what is appended, until `stop` is set."""
         params = {"node_id": node_id, "filename": filename, "lines": -1, "interval": STREAM_INTERVAL_S}
-        with self._stream("GET", "/api/v0/logs/stream", params=params, timeout=httpx.Timeout(10.0, read=None)) as response:
+        with self._stream(
+            "GET", "/api/v0/logs/stream", params=params, timeout=httpx.Timeout(10.0, read=None)
+        ) as response:
             if response.status_code >= 400:
                 response.read()
-                raise ClusterError(f"streaming {filename} failed: HTTP {response.status_code} {response.text[:500]}")
+                raise ClusterError(
+                    f"streaming {filename} failed: HTTP {response.status_code} {response.text[:500]}"
+                )
             for chunk in response.iter_bytes():
                 if skip:
                     dropped = min(skip, len(chunk))
@@ -153,7 +161,10 @@ class RemoteRankLogs:
                     for remote in self.files(role, rank):
                         if remote not in followers and wanted(remote.file):
                             thread = threading.Thread(
-                                target=self._pump, args=(remote, lines, stop), name="dlu-log-follow", daemon=True
+                                target=self._pump,
+                                args=(remote, lines, stop),
+                                name="dlu-log-follow",
+                                daemon=True,
                             )
                             followers[remote] = thread
                             thread.start()

@@ -19,9 +19,9 @@ import json
 import logging
 import os
 import shlex
+import threading
 import time
 import uuid
-import threading
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -449,7 +449,9 @@ class RemoteJobClient(JobClient):
                 "leave logs.dir unset"
             )
         if not status.run_id:
-            raise DLUError(f"job {name!r} has no rank logs yet: it has not started a run ({status.stage.value})")
+            raise DLUError(
+                f"job {name!r} has no rank logs yet: it has not started a run ({status.stage.value})"
+            )
         check_selection(status, role, rank)
         ranks = RemoteRankLogs(self._log_api(), name, status.run_id)
         if not follow:
@@ -458,7 +460,9 @@ class RemoteJobClient(JobClient):
                 found = True
                 yield line
             if not found:
-                raise DLUError(f"job {name!r} has no rank logs{selection_text(role, rank)} on {self.address} yet")
+                raise DLUError(
+                    f"job {name!r} has no rank logs{selection_text(role, rank)} on {self.address} yet"
+                )
             return
 
         def running() -> bool:

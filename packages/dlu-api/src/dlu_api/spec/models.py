@@ -332,7 +332,9 @@ class LogsSettings(_Model):
         if value is None:
             return None
         if not value.strip():
-            raise ValueError("logs.dir is empty: give an absolute path, e.g. dir: /data/logs, or leave it out")
+            raise ValueError(
+                "logs.dir is empty: give an absolute path, e.g. dir: /data/logs, or leave it out"
+            )
         if not value.startswith(("/", "~")):
             raise ValueError(
                 f"logs.dir {value!r} is relative (it would mean another folder on each node): "

@@ -90,6 +90,7 @@ def free_port(host: str) -> int:
 
 class ElasticWorkerActor(WorkerActor):
     redirects_own_output = False  # its training processes write the rank's files
+
     # lifecycle ---------------------------------------------------------------------------------
     def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
         if env:

@@ -102,7 +102,12 @@ class WorkerActor:
         if self.redirects_own_output:
             attempt = "restarted by Ray" if self.reconstructed else "actor started"
             output = RankOutput.of(
-                info.logs_settings(), job=info.job, run_id=info.run_id, role=info.role, rank=info.rank, attempt=attempt
+                info.logs_settings(),
+                job=info.job,
+                run_id=info.run_id,
+                role=info.role,
+                rank=info.rank,
+                attempt=attempt,
             )
             redirect_this_process(output)
         if self.reconstructed:

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from dlu_api.rank_logs import HOME_SUBDIR, RAY_SUBDIR, STREAMS, RankStreams, expand_dir, rank_file, start_marker
+from dlu_api.rank_logs import (
+    HOME_SUBDIR,
+    RAY_SUBDIR,
+    STREAMS,
+    RankStreams,
+    expand_dir,
+    rank_file,
+    start_marker,
+)
 from dlu_api.spec.models import LogsSettings
 
 logger = logging.getLogger(__name__)
@@ -81,7 +89,9 @@ class RankOutput:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError as exc:
-                logger.warning("cannot open the rank log %s (%s); that stream stays on the actor's output", path, exc)
+                logger.warning(
+                    "cannot open the rank log %s (%s); that stream stays on the actor's output", path, exc
+                )
                 continue
             with contextlib.suppress(OSError):
                 os.write(fd, self.marker.encode())
