@@ -119,9 +119,10 @@ def run_glob(job: str, run_id: str) -> str:
 class RemoteRankLogs:
     """The rank logs of one run of a cluster job."""
 
-    def __init__(self, api: RayLogApi, job: str, run_id: str) -> None:
+    def __init__(self, api: RayLogApi, job: str, run_id: str, list_every_s: float = LIST_EVERY_S) -> None:
         self.api = api
         self.glob = run_glob(job, run_id)
+        self.list_every_s = list_every_s
 
     def files(self, role: str | None, rank: int | None) -> list[RemoteFile]:
         found: list[RemoteFile] = []
@@ -168,7 +169,7 @@ class RemoteRankLogs:
                             )
                             followers[remote] = thread
                             thread.start()
-                    next_list = now + LIST_EVERY_S
+                    next_list = now + self.list_every_s
                     if not running():
                         ended_at = now
                 try:
