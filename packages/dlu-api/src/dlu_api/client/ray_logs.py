@@ -125,12 +125,14 @@ class RemoteRankLogs:
         self.list_every_s = list_every_s
 
     def files(self, role: str | None, rank: int | None) -> list[RemoteFile]:
-        found: list[RemoteFile] = []
+        """The selected files on the alive nodes. A path is taken from the first node that lists
+        it: nodes sharing one log dir (several Ray nodes on one machine) list the same files."""
+        found: dict[str, RemoteFile] = {}
         for node in self.api.alive_nodes():
             parsed = (parse_rank_file(name) for name in self.api.list_files(node, self.glob))
-            chosen = select([f for f in parsed if f is not None], role, rank)
-            found.extend(RemoteFile(node, f) for f in chosen)
-        return sorted(found, key=lambda r: (r.file.role, r.file.rank, r.file.stream != "out", r.node_id))
+            for file in select([f for f in parsed if f is not None], role, rank):
+                found.setdefault(file.path, RemoteFile(node, file))
+        return sorted(found.values(), key=lambda r: (r.file.role, r.file.rank, r.file.stream != "out", r.node_id))
 
     def read(self, role: str | None, rank: int | None) -> Iterator[str]:
         for remote in self.files(role, rank):
