@@ -151,6 +151,27 @@ def test_rank_logs_of_a_cluster_job_through_the_dashboard(
     assert "job ranks-remote: STOPPED (exit code 0)" in timeline.stdout, timeline.stdout
 
 
+def test_remote_run_tees_rank_output(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
+    """`dlu run --address` with `logs.tee` prints the ranks' lines, prefixed, read through Ray's
+    log API (not Ray's forwarding of worker output)."""
+    spec = {
+        **CPU_JOB,
+        "name": "tee-remote",
+        "master": ISOLATION,
+        "config": {"steps": 2},
+        "logs": {"tee": 1},
+        "roles": [{"name": "worker", "entrypoint": "examples.hello.workers:main", "total": 2,
+                   "resources": {"cpu": 0.1}}],
+    }  # fmt: skip
+    path = write_spec(tmp_path, spec)
+    done = dlu(driver_venv, "run", str(path), "--address", ray_cluster.address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for rank in (0, 1):
+        line = f"[worker/rank{rank}] tee-remote.worker.{rank}: rank {rank}/2 did 2 steps"
+        assert line in lines, done.stdout
+
+
 def test_status_name_taken_and_stop_of_a_running_job(
     driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
 ) -> None:

@@ -232,13 +232,12 @@ def test_remote_follow_is_incremental(fake: tuple[FakeLogApi, httpx.Client, str]
     api, client, address = fake
     api.append("n1", "dlu/job/run1/t/rank0.out", b"a1\n")
     api.append("n2", "dlu/job/run1/t/rank1.out", b"b1\n")
-    stop = threading.Event()
     running = threading.Event()
     running.set()
     got: list[str] = []
 
     def follow() -> None:
-        for line in _ranks(client, address).follow(None, None, running.is_set, stop=stop):
+        for line in _ranks(client, address).follow(None, None, running.is_set):
             got.append(line)
 
     reader = threading.Thread(target=follow, daemon=True)
@@ -273,3 +272,22 @@ def test_a_cluster_without_the_log_api_says_so(fake: tuple[FakeLogApi, httpx.Cli
     )
     with pytest.raises(ClusterError, match=r"has no log API .* dashboard"):
         api.alive_nodes()
+
+
+def test_remote_follow_reads_what_came_just_before_the_end(
+    fake: tuple[FakeLogApi, httpx.Client, str],
+) -> None:
+    """`dlu run`'s tee: a rank that printed and ended between two looks for files is still read
+    in full once the run says the job ended."""
+    api, client, address = fake
+    ranks = RemoteRankLogs(RayLogApi(address, client.request, client.stream), "job", "run1", list_every_s=600)
+    ended = threading.Event()
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.extend(ranks.follow(None, None, lambda: True, ended=ended)))
+    reader.start()
+    time.sleep(0.3)  # its first look found nothing
+    api.append("n2", "dlu/job/run1/w/rank0.out", b"printed last\n")
+    ended.set()
+    reader.join(20)
+    assert not reader.is_alive()
+    assert got == ["[w/rank0] printed last"]

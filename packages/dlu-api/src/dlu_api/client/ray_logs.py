@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 STREAM_INTERVAL_S = 0.5
 LIST_EVERY_S = 3.0  # how often a follower looks for new files (ranks that start later)
+QUIET_AFTER_END_S = 4 * STREAM_INTERVAL_S  # after the job ended: lines still on their way
 
 Request = Callable[..., httpx.Response]
 
@@ -132,7 +133,9 @@ class RemoteRankLogs:
             parsed = (parse_rank_file(name) for name in self.api.list_files(node, self.glob))
             for file in select([f for f in parsed if f is not None], role, rank):
                 found.setdefault(file.path, RemoteFile(node, file))
-        return sorted(found.values(), key=lambda r: (r.file.role, r.file.rank, r.file.stream != "out", r.node_id))
+        return sorted(
+            found.values(), key=lambda r: (r.file.role, r.file.rank, r.file.stream != "out", r.node_id)
+        )
 
     def read(self, role: str | None, rank: int | None) -> Iterator[str]:
         for remote in self.files(role, rank):
@@ -147,46 +150,50 @@ class RemoteRankLogs:
         rank: int | None,
         running: Callable[[], bool],
         wanted: Callable[[RankFile], bool] = lambda _: True,
-        stop: threading.Event | None = None,
+        ended: threading.Event | None = None,
     ) -> Iterator[str]:
-        """Every selected file, one stream each, merged as lines come; new files are picked up.
-        Ends once `running()` says no (after a last interval for what was still in flight) or
-        `stop` is set."""
-        stop = stop or threading.Event()
+        """Every selected file, one stream each, merged as lines come; new files are looked for
+        every `list_every_s`. Once the job has ended (`running()` says no at a look, or `ended` is
+        set), files are looked for one last time and lines are read until none came for a few
+        stream intervals."""
+        halt = threading.Event()
         lines: queue.Queue[str] = queue.Queue()
-        followers: dict[RemoteFile, threading.Thread] = {}
+        followed: set[RemoteFile] = set()
         next_list = 0.0
         ended_at: float | None = None
+        last_line = time.monotonic()
         try:
-            while not stop.is_set():
+            while True:
                 now = time.monotonic()
-                if now >= next_list and ended_at is None:
+                told = ended is not None and ended.is_set()
+                if ended_at is None and (now >= next_list or told):
                     for remote in self.files(role, rank):
-                        if remote not in followers and wanted(remote.file):
-                            thread = threading.Thread(
+                        if remote not in followed and wanted(remote.file):
+                            followed.add(remote)
+                            threading.Thread(
                                 target=self._pump,
-                                args=(remote, lines, stop),
+                                args=(remote, lines, halt),
                                 name="dlu-log-follow",
                                 daemon=True,
-                            )
-                            followers[remote] = thread
-                            thread.start()
+                            ).start()
                     next_list = now + self.list_every_s
-                    if not running():
+                    if told or not running():
                         ended_at = now
                 try:
-                    yield lines.get(timeout=0.2)
+                    yield lines.get(timeout=0.1)
+                    last_line = time.monotonic()
                     continue
                 except queue.Empty:
                     pass
-                if ended_at is not None and time.monotonic() - ended_at > 3 * STREAM_INTERVAL_S:
+                if ended_at is not None and time.monotonic() - max(ended_at, last_line) > QUIET_AFTER_END_S:
                     break
         finally:
-            stop.set()
+            halt.set()
         while not lines.empty():
             yield lines.get_nowait()
 
     def _pump(self, remote: RemoteFile, lines: queue.Queue[str], stop: threading.Event) -> None:
+        """One file's stream into `lines` until `stop`; a stream that ends early is reopened."""
         split = LineSplitter()
         received = 0
         while not stop.is_set():

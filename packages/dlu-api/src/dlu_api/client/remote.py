@@ -476,7 +476,7 @@ class RemoteJobClient(JobClient):
         if status.log_dir or not status.run_id:
             return
         ranks = RemoteRankLogs(self._log_api(), status.name, status.run_id)
-        yield from ranks.follow(None, None, lambda: not stop.is_set(), wanted, stop)
+        yield from ranks.follow(None, None, lambda: True, wanted, ended=stop)
 
     def _log_api(self) -> RayLogApi:
         return RayLogApi(self.address, self._request, self._http.stream)
