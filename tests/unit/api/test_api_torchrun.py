@@ -316,6 +316,28 @@ def test_log_flags_reach_the_spec() -> None:
         "torchrun --nproc-per-node=2 --log-dir logs --redirects 1 --tee 0:3 train.py", device_type="CPU"
     )
     assert spec.logs.dir is not None and spec.logs.dir.startswith("/") and spec.logs.dir.endswith("/logs")
-    assert (spec.logs.redirects, spec.logs.tee) == ("1", "0:3")
+    # every stream to the files; on the terminal what torchrun's console would show: rank 0 both
+    # (stderr not redirected, stdout tee'd), rank 1 stderr only (stdout redirected)
+    assert (spec.logs.redirects, spec.logs.tee) == ("3", "0:3,1:2")
     plain = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", device_type="CPU")
-    assert (plain.logs.dir, plain.logs.redirects, plain.logs.tee) == (None, "3", "0")
+    assert (plain.logs.dir, plain.logs.redirects, plain.logs.tee) == (None, "3", "3")  # torchrun prints all
+    quiet = from_torchrun_cmd("torchrun --nproc-per-node=2 --redirects 3 train.py", device_type="CPU")
+    assert (quiet.logs.redirects, quiet.logs.tee) == ("3", "0")
+
+
+@pytest.mark.parametrize(
+    ("redirects", "tee", "world", "want"),
+    [
+        (None, None, 4, "3"),
+        ("3", None, 4, "0"),
+        ("1", None, 4, "2"),
+        ("3", "1", 4, "1"),
+        ("2", "2", 4, "3"),
+        ("0:3", None, 3, "0:0,1:3,2:3"),
+        ("3", "1:2", 2, "0:0,1:2"),
+    ],
+)
+def test_torchrun_console_becomes_tee(redirects: str | None, tee: str | None, world: int, want: str) -> None:
+    from dlu_api.rank_logs import torchrun_tee
+
+    assert torchrun_tee(redirects, tee, world) == want

@@ -318,12 +318,15 @@ def from_torchrun_cmd(
     `from_torchrun_cmd("torchrun --nnodes=2 --nproc-per-node=2 train.py --lr 1e-3")`.
 
     torchrun has no device flag, so the device type is the caller's (GPU unless told otherwise),
-    never guessed from the driver machine.
+    never guessed from the driver machine. `--log-dir` becomes `logs.dir`; every rank writes both
+    streams to its files, and what torchrun would print on its console (everything, unless
+    `--redirects` sends a stream to a file only; `--tee` prints it again) becomes `logs.tee`.
 
     Raises:
         ValueError: not a torchrun command, or `--nproc-per-node` cannot be resolved.
         SpecError: the resulting spec breaks a rule.
     """
+    from dlu_api.rank_logs import torchrun_tee
     from dlu_api.spec.torchrun import parse_torchrun
 
     cmd = parse_torchrun(command)
@@ -347,8 +350,10 @@ def from_torchrun_cmd(
     builder.device_per_node(per_node).node_num(cmd.max_nodes)
     if cmd.log_dir is not None:
         builder.logs(dir=os.path.abspath(os.path.expanduser(cmd.log_dir)))  # as the driver sees it
-    if cmd.redirects is not None or cmd.tee is not None:
-        builder.logs(redirects=cmd.redirects, tee=cmd.tee)
+    # torchrun's console is `dlu run`'s terminal: what torchrun would print there is tee'd (every
+    # stream also goes to the rank files, as the spec's default redirects=3 says).
+    world = cmd.max_nodes * nproc
+    builder.logs(tee=torchrun_tee(cmd.redirects, cmd.tee, world))
     trainer = builder.role(role).train(cmd.entrypoint).nnodes(cmd.nnodes).nproc_per_node(nproc)
     if cmd.max_restarts is not None:
         trainer.max_restart(cmd.max_restarts)

@@ -54,6 +54,28 @@ def mode_for(modes: StreamModes, rank: int) -> int:
     return modes.get(rank, NONE) if isinstance(modes, dict) else modes
 
 
+def format_modes(modes: StreamModes) -> str:
+    if isinstance(modes, int):
+        return str(modes)
+    return ",".join(f"{rank}:{mode}" for rank, mode in sorted(modes.items()))
+
+
+def torchrun_tee(redirects: str | None, tee: str | None, world: int) -> str:
+    """What `dlu run` mirrors for a torchrun command: what torchrun leaves on its console.
+
+    torchrun prints a stream unless `--redirects` sends it to a file only, and `--tee` prints
+    it again; so its console shows (not redirected) | tee'd, per rank. DLU writes every stream
+    to the rank files (`dlu logs` has them all) and mirrors exactly that on its terminal.
+    `world`: the ranks a per-rank form is spelled out for.
+    """
+    redirected = parse_modes(redirects or "0", "--redirects")
+    mirrored = parse_modes(tee or "0", "--tee")
+    if isinstance(redirected, int) and isinstance(mirrored, int):
+        return str((BOTH & ~redirected) | mirrored)
+    per_rank = {r: (BOTH & ~mode_for(redirected, r)) | mode_for(mirrored, r) for r in range(world)}
+    return format_modes(per_rank)
+
+
 @dataclass(frozen=True)
 class RankStreams:
     """What happens to one rank's stdout and stderr.
