@@ -723,3 +723,74 @@ def test_scale_of_a_stopped_job_is_refused(server: FakeRayJobServer, client: Rem
     add_job(server, FakeJob(statuses=["SUCCEEDED"]))
     with pytest.raises(JobNotFoundError, match="only a running job can be scaled"):
         client.scale("demo", "workers", 3)
+
+
+# --- rank logs (Ray's dashboard log API) ----------------------------------------------------
+
+
+class FakeClusterWithLogs(FakeRayJobServer):
+    """The job server plus the dashboard's log endpoints, one node holding the run's files."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        super().__init__()
+        self.files = files
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        query = dict(request.url.params)
+        if path == "/api/v0/nodes":
+            self.requests.append(request)
+            return httpx.Response(
+                200,
+                json={"result": True, "data": {"result": {"result": [{"node_id": "n1", "state": "ALIVE"}]}}},
+            )
+        if path == "/api/v0/logs":
+            self.requests.append(request)
+            assert query["node_id"] == "n1" and query["glob"] == "dlu/demo/run7/*/rank*.*"
+            return httpx.Response(
+                200, json={"result": True, "data": {"result": {"worker_out": sorted(self.files)}}}
+            )
+        if path == "/api/v0/logs/file":
+            self.requests.append(request)
+            return httpx.Response(200, content=self.files[query["filename"]])
+        return super().__call__(request)
+
+
+def _logs_job(server: FakeRayJobServer, **status: Any) -> None:
+    final = JobStatus(
+        name="demo", stage=JobStage.RUNNING, roles=[RoleStatus(name="worker", kind="simple")], **status
+    )
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(final)]))
+
+
+def test_rank_logs_of_the_run_the_launcher_reported() -> None:
+    server = FakeClusterWithLogs(
+        {
+            "dlu/demo/run7/worker/rank0.out": b"zero\n",
+            "dlu/demo/run7/worker/rank1.out": b"one\n",
+            "dlu/demo/run7/worker/rank1.err": b"err\n",
+        }
+    )
+    _logs_job(server, run_id="run7")
+    client = make_client(server)
+    assert list(client.logs("demo")) == [
+        "[worker/rank0] zero",
+        "[worker/rank1] one",
+        "[worker/rank1:err] err",
+    ]
+    assert list(client.logs("demo", rank=1)) == ["[worker/rank1] one", "[worker/rank1:err] err"]
+    with pytest.raises(DLUError, match="no rank logs for role worker and rank 5"):
+        list(client.logs("demo", role="worker", rank=5))
+    with pytest.raises(DLUError, match="no role 'trainer'; its roles: worker"):
+        list(client.logs("demo", role="trainer"))
+
+
+def test_rank_logs_need_a_run_and_rays_own_log_dir() -> None:
+    server = FakeClusterWithLogs({})
+    _logs_job(server)
+    with pytest.raises(DLUError, match="has no rank logs yet: it has not started a run"):
+        list(make_client(server).logs("demo"))
+    server = FakeClusterWithLogs({})
+    _logs_job(server, run_id="run7", log_dir="/data/logs")
+    with pytest.raises(NotSupportedError, match=r"writes its rank logs to /data/logs on each node"):
+        list(make_client(server).logs("demo"))

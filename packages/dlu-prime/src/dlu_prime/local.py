@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -196,6 +197,9 @@ class LocalJobClient(JobClient):
     ) -> Iterator[str]:
         """The rank log files under the job's log dir (see `dlu_api.rank_logs`)."""
         status = self.status(name)
+        while follow and not status.run_id and not self._stopped(name):  # the job is starting
+            time.sleep(0.3)
+            status = self.status(name)
         run = local_run_dir(status)
         check_selection(status, role, rank)
         if not follow:

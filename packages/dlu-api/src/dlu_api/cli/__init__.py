@@ -190,7 +190,10 @@ def submit(
         job = connect(address, workdir).submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"submitted {job} to {address}; follow it with `dlu logs --follow {job}`")
+    typer.echo(
+        f"submitted {job} to {address}; follow it with `dlu events -f {job}` (its timeline) "
+        f"or `dlu logs -f {job}` (what its ranks print)"
+    )
 
 
 @app.command()

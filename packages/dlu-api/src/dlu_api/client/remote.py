@@ -442,6 +442,9 @@ class RemoteJobClient(JobClient):
         The run is the one the launcher last reported (its status carries the run id)."""
         sid = self._sid(name)
         status = self._status(name, live=False)
+        while follow and not status.run_id and not status.finished:  # the launcher is starting
+            time.sleep(self._poll)
+            status = self._status(name, live=False)
         if status.log_dir:
             raise NotSupportedError(
                 f"job {name!r} writes its rank logs to {status.log_dir} on each node (its spec's "
