@@ -21,8 +21,10 @@ from typing import Any, cast
 
 import httpx
 
-from dlu_api.errors import ClusterError
+from dlu_api.client.rank_files import check_selection, selection_text
+from dlu_api.errors import ClusterError, DLUError, NotSupportedError
 from dlu_api.rank_logs import RAY_SUBDIR, LineSplitter, RankFile, parse_rank_file, select
+from dlu_api.status import JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -208,3 +210,38 @@ class RemoteRankLogs:
                 continue  # the stream ended while the job runs (agent restart): open it again
         for line in split.flush():
             lines.put(f"{remote.file.label} {line}")
+
+
+def rank_log_lines(
+    api: RayLogApi,
+    status: JobStatus,
+    role: str | None,
+    rank: int | None,
+    running: Callable[[], bool] | None,
+) -> Iterator[str]:
+    """`dlu logs` of a cluster job whose launcher reported `status`; with `running`, followed.
+
+    Raises:
+        NotSupportedError: the spec's logs.dir puts the files where Ray's log API cannot read.
+        DLUError: no run yet, an unknown role, or no file of that selection.
+    """
+    name = status.name
+    if status.log_dir:
+        raise NotSupportedError(
+            f"job {name!r} writes its rank logs to {status.log_dir} on each node (its spec's "
+            "logs.dir); Ray's log API serves only Ray's own log dir: read them on the nodes, or "
+            "leave logs.dir unset"
+        )
+    if not status.run_id:
+        raise DLUError(f"job {name!r} has no rank logs yet: it has not started a run ({status.stage.value})")
+    check_selection(status, role, rank)
+    ranks = RemoteRankLogs(api, name, status.run_id)
+    if running is not None:
+        yield from ranks.follow(role, rank, running)
+        return
+    found = False
+    for line in ranks.read(role, rank):
+        found = True
+        yield line
+    if not found:
+        raise DLUError(f"job {name!r} has no rank logs{selection_text(role, rank)} on {api.address} yet")

@@ -32,8 +32,7 @@ import httpx
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import wire
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.client.rank_files import check_selection, selection_text
-from dlu_api.client.ray_logs import RayLogApi, RemoteRankLogs
+from dlu_api.client.ray_logs import RayLogApi, RemoteRankLogs, rank_log_lines
 from dlu_api.client.remote_delete import delete_runs
 from dlu_api.errors import (
     ClusterError,
@@ -445,33 +444,11 @@ class RemoteJobClient(JobClient):
         while follow and not status.run_id and not status.finished:  # the launcher is starting
             time.sleep(self._poll)
             status = self._status(name, live=False)
-        if status.log_dir:
-            raise NotSupportedError(
-                f"job {name!r} writes its rank logs to {status.log_dir} on each node (its spec's "
-                "logs.dir); Ray's log API serves only Ray's own log dir: read them on the nodes, or "
-                "leave logs.dir unset"
-            )
-        if not status.run_id:
-            raise DLUError(
-                f"job {name!r} has no rank logs yet: it has not started a run ({status.stage.value})"
-            )
-        check_selection(status, role, rank)
-        ranks = RemoteRankLogs(self._log_api(), name, status.run_id)
-        if not follow:
-            found = False
-            for line in ranks.read(role, rank):
-                found = True
-                yield line
-            if not found:
-                raise DLUError(
-                    f"job {name!r} has no rank logs{selection_text(role, rank)} on {self.address} yet"
-                )
-            return
 
         def running() -> bool:
             return str(self._job_info_by_id(sid, name).get("status")) not in TERMINAL
 
-        yield from ranks.follow(role, rank, running)
+        yield from rank_log_lines(self._log_api(), status, role, rank, running if follow else None)
 
     def tee_lines(
         self, status: JobStatus, wanted: Callable[[RankFile], bool], stop: threading.Event
@@ -488,19 +465,11 @@ class RemoteJobClient(JobClient):
         """The launcher's log: stages, role states and events as they happen, then the final status.
         Wire lines (for this client) are left out."""
         sid = self._sid(name)
-        seen = 0
-        while True:
-            text = self._log_text_by_id(sid, name)
-            complete = text[seen:].rpartition("\n")[0]
-            if complete:
-                yield from (line for line in complete.split("\n") if not wire.is_wire_line(line))
-                seen += len(complete) + 1
-            if not follow or str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
-                rest = self._log_text_by_id(sid, name)[seen:]
-                if rest:
-                    yield from (line for line in rest.rstrip("\n").split("\n") if not wire.is_wire_line(line))
-                return
-            time.sleep(self._poll)
+
+        def finished() -> bool:
+            return str(self._job_info_by_id(sid, name).get("status")) in TERMINAL
+
+        yield from wire.follow_log(lambda: self._log_text_by_id(sid, name), finished, follow, self._poll)
 
     def list_jobs(self) -> list[JobSummary]:
         out: list[tuple[float, JobSummary]] = []
