@@ -5,11 +5,12 @@ selecting one rank, and `--tee` mirroring rank output on `dlu run`'s terminal.""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_runs import Box, wait_until
+from cli_runs import DLU, Box, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -119,3 +120,48 @@ def test_tee_prints_prefixed_rank_lines(box: Box, tmp_path: Path) -> None:
     assert "[helper/rank0] simple-stdout rank 0" in lines, output[-4000:]
     assert not any("py-stderr" in line for line in lines), output[-4000:]  # tee 1: stdout only
     assert "py-stderr rank 0 attempt 0" in (folder / "trainer" / "rank0.err").read_text()
+
+
+FOREVER = """
+name: {name}
+device_type: CPU
+device_per_node: 0
+health: {{monitor_interval_s: 0.2}}
+roles:
+  - name: ticker
+    entrypoint: workloads:print_forever
+    total: 2
+    resources: {{cpu: 0.1}}
+"""
+
+
+def test_follow_a_running_job_from_another_terminal(box: Box, tmp_path: Path) -> None:
+    """`dlu logs -f --rank 1` of a job another `dlu run` runs: new lines as they come, rank 1's
+    only, and it ends by itself once the job is stopped."""
+    spec = tmp_path / "ticks.yaml"
+    spec.write_text(FOREVER.format(name="ticks"))
+    run = box.start(spec)
+    wait_until(lambda: box.stage("ticks") == "RUNNING", "the job RUNNING", run)
+    env = box.env(box.new_dir("dlu-cli-"))
+    follower = subprocess.Popen(
+        [DLU, "logs", "ticks", "-f", "--rank", "1"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert follower.stdout is not None
+        seen: list[str] = []
+        while len(seen) < 5:  # lines keep coming while the job runs
+            line = follower.stdout.readline()
+            assert line, f"the follower ended early after {seen}"
+            seen.append(line.rstrip("\n"))
+        assert all(line.startswith("[ticker/rank1] ") for line in seen), seen
+        ticks = [int(line.split()[2]) for line in seen if " tick " in line]
+        assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks), seen  # in order, none twice
+        stopped = box.dlu("stop", "ticks")
+        assert stopped.returncode == 0, stopped.stderr
+        rest, _ = follower.communicate(timeout=120)  # it ends on its own once the job stopped
+        assert follower.returncode == 0
+        assert "[ticker/rank0]" not in rest
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    wait_until(lambda: run.proc.poll() is not None, "the end of dlu run", timeout_s=120)

@@ -190,3 +190,13 @@ def print_rank() -> None:
     print(f"simple-stdout rank {rank}", flush=True)
     print(f"simple-stderr rank {rank}", file=sys.stderr, flush=True)
     subprocess.run(["echo", f"simple-child rank {rank}"], check=True)
+
+
+def print_forever() -> None:
+    """A simple role's rank printing a numbered line every 0.1 s until stopped."""
+    rank = os.environ.get("ROLE_RANK", "?")
+    count = 0
+    while True:
+        print(f"tick {count} of rank {rank}", flush=True)
+        count += 1
+        time.sleep(0.1)
