@@ -40,25 +40,25 @@ def test_tailer_reads_only_what_was_appended(tmp_path: Path) -> None:
     out = tmp_path / "w" / "rank0.out"
     _append(out, "a\nb")
     tailer = FileTailer(tmp_path)
-    assert tailer.poll() == ["[w/rank0] a"]  # "b" waits for its end
-    assert tailer.poll() == []
+    assert list(tailer.poll()) == ["[w/rank0] a"]  # "b" waits for its end
+    assert list(tailer.poll()) == []
     _append(out, "c\nd\n")
     _append(tmp_path / "w" / "rank1.err", "e\n")  # a file that appeared since
-    assert tailer.poll() == ["[w/rank0] bc", "[w/rank0] d", "[w/rank1:err] e"]
+    assert list(tailer.poll()) == ["[w/rank0] bc", "[w/rank0] d", "[w/rank1:err] e"]
     _append(out, "tail")
-    assert tailer.flush() == ["[w/rank0] tail"]
+    assert list(tailer.flush()) == ["[w/rank0] tail"]
 
 
 def test_tailer_never_rereads_from_the_start(tmp_path: Path) -> None:
     out = tmp_path / "w" / "rank0.out"
     _append(out, "x\n" * 1000)
     tailer = FileTailer(tmp_path)
-    assert len(tailer.poll()) == 1000
+    assert len(list(tailer.poll())) == 1000
     # Overwrite what was read in place: a reader going back to the start would see it.
     with out.open("r+") as handle:
         handle.write("Z\n" * 1000)
     _append(out, "new\n")
-    assert tailer.poll() == ["[w/rank0] new"]
+    assert list(tailer.poll()) == ["[w/rank0] new"]
 
 
 def test_read_without_follow_selects_and_orders(tmp_path: Path) -> None:
@@ -291,3 +291,11 @@ def test_remote_follow_reads_what_came_just_before_the_end(
     reader.join(20)
     assert not reader.is_alive()
     assert got == ["[w/rank0] printed last"]
+
+
+def test_a_large_file_is_read_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlu_api.client import rank_files
+
+    monkeypatch.setattr(rank_files, "CHUNK", 7)
+    _append(tmp_path / "w" / "rank0.out", "".join(f"line {i}\n" for i in range(50)) + "end")
+    assert list(read_rank_logs(tmp_path)) == [f"[w/rank0] line {i}" for i in range(50)] + ["[w/rank0] end"]

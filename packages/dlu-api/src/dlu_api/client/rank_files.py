@@ -24,6 +24,7 @@ from dlu_api.rank_logs import (
 from dlu_api.status import JobStatus
 
 POLL_S = 0.3
+CHUNK = 1 << 20
 HOME_ENV = "DLU_HOME"
 
 
@@ -91,31 +92,28 @@ class FileTailer:
     def _label(self, file: RankFile, line: str) -> str:
         return f"{file.label} {line}" if self._prefix else line
 
-    def poll(self) -> list[str]:
-        """New complete lines of every wanted file (files that appeared since are read too)."""
-        out: list[str] = []
+    def poll(self) -> Iterator[str]:
+        """New complete lines of every wanted file (files that appeared since are read too),
+        read in chunks: a large file is never held in memory whole."""
         for file in select([f for f in rank_files(self.run_dir) if self._wanted(f)], None, None):
-            data = self._read_new(file.path)
-            if data:
-                splitter = self._splitters.setdefault(file.path, LineSplitter())
-                out.extend(self._label(file, line) for line in splitter.feed(data))
-        return out
+            splitter = self._splitters.setdefault(file.path, LineSplitter())
+            while data := self._read_new(file.path):
+                yield from (self._label(file, line) for line in splitter.feed(data))
 
-    def flush(self) -> list[str]:
+    def flush(self) -> Iterator[str]:
         """What `poll` finds, then each file's unfinished last line (the writer has ended)."""
-        out = self.poll()
+        yield from self.poll()
         for path, splitter in sorted(self._splitters.items()):
             file = parse_rank_file(path)
             if file is not None:
-                out.extend(self._label(file, line) for line in splitter.flush())
-        return out
+                yield from (self._label(file, line) for line in splitter.flush())
 
     def _read_new(self, path: str) -> bytes:
         offset = self._offsets.get(path, 0)
         try:
             with open(path, "rb") as handle:
                 handle.seek(offset)
-                data = handle.read()
+                data = handle.read(CHUNK)
         except OSError:
             return b""
         self._offsets[path] = offset + len(data)
@@ -137,14 +135,9 @@ def read_rank_logs(
 
     tailer = FileTailer(run_dir, wanted)
     if follow is None:
-        for file in select(rank_files(run_dir), role, rank):
-            split = LineSplitter()
-            try:
-                data = Path(file.path).read_bytes()
-            except OSError:
-                continue
-            for line in [*split.feed(data), *split.flush()]:
-                yield f"{file.label} {line}"
+        for file in select(rank_files(run_dir), role, rank):  # file by file, each to its end
+            one = FileTailer(run_dir, lambda f, path=file.path: f.path == path)
+            yield from one.flush()
         return
     while True:
         running = follow()

@@ -83,16 +83,17 @@ class RayLogApi:
         groups = cast(dict[str, list[str]], data) if isinstance(data, dict) else {}
         return sorted({str(f) for files in groups.values() for f in files})
 
-    def read(self, node_id: str, filename: str) -> bytes:
-        response = self._request(
-            "GET", "/api/v0/logs/file", params={"node_id": node_id, "filename": filename, "lines": -1}
-        )
-        if response.status_code >= 400:
-            raise ClusterError(
-                f"reading {filename} on node {node_id[:8]} of {self.address} failed: "
-                f"HTTP {response.status_code} {response.text[:500]}"
-            )
-        return response.content
+    def read(self, node_id: str, filename: str) -> Iterator[bytes]:
+        """The whole file, in the chunks it arrives in."""
+        params = {"node_id": node_id, "filename": filename, "lines": -1}
+        with self._stream("GET", "/api/v0/logs/file", params=params) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ClusterError(
+                    f"reading {filename} on node {node_id[:8]} of {self.address} failed: "
+                    f"HTTP {response.status_code} {response.text[:500]}"
+                )
+            yield from response.iter_bytes()
 
     def follow(self, node_id: str, filename: str, skip: int, stop: threading.Event) -> Iterator[bytes]:
         """The file from byte `skip` on, then what is appended, until `stop` is set."""
@@ -142,9 +143,9 @@ class RemoteRankLogs:
     def read(self, role: str | None, rank: int | None) -> Iterator[str]:
         for remote in self.files(role, rank):
             split = LineSplitter()
-            data = self.api.read(remote.node_id, remote.file.path)
-            for line in [*split.feed(data), *split.flush()]:
-                yield f"{remote.file.label} {line}"
+            for chunk in self.api.read(remote.node_id, remote.file.path):
+                yield from (f"{remote.file.label} {line}" for line in split.feed(chunk))
+            yield from (f"{remote.file.label} {line}" for line in split.flush())
 
     def follow(
         self,
