@@ -193,4 +193,4 @@ def test_a_log_dir_that_cannot_be_created_is_refused_naming_the_field(tmp_path: 
         update={"logs": spec.logs.model_copy(update={"dir": str(tmp_path / "new" / "logs")})}
     )
     assert preflight.log_dir_problems(fine) == []
-    assert (tmp_path / "new" / "logs").is_dir()
+    assert not (tmp_path / "new").exists()  # checked, not created

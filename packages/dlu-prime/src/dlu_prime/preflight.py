@@ -74,12 +74,14 @@ def log_dir_problems(spec: JobSpec) -> list[Problem]:
     if not spec.logs.dir:
         return []
     folder = Path(os.path.expanduser(spec.logs.dir))
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        writable = os.access(folder, os.W_OK | os.X_OK)
-        detail = "it is not writable by this user"
-    except OSError as exc:
-        writable, detail = False, f"it cannot be created ({exc.strerror or exc})"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:  # nothing is created here
+        existing = existing.parent
+    if not existing.is_dir():
+        writable, detail = False, f"it cannot be created ({existing} is not a folder)"
+    else:
+        writable = os.access(existing, os.W_OK | os.X_OK)
+        detail = f"{existing} is not writable by this user"
     if writable:
         return []
     return [
