@@ -73,7 +73,7 @@ def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
     driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
 ) -> None:
     """examples/elastic (2 nodes x 2 processes, node check) across the two worker nodes; the
-    PrimeMaster on the head (isolation scheduling); followed with `dlu logs -f`."""
+    PrimeMaster on the head (isolation scheduling); followed with `dlu events -f`."""
     spec = yaml.safe_load((ray_cluster.workdir / "examples/elastic/job.yaml").read_text())
     spec.update(name="lm-remote", placement_strategy="STRICT_SPREAD", master=ISOLATION)
     role = spec["roles"][0]
@@ -85,7 +85,7 @@ def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "submitted lm-remote" in done.stdout
 
-    follow = dlu(driver_venv, "logs", "lm-remote", "-f", "--address", ray_cluster.address, cwd=tmp_path)
+    follow = dlu(driver_venv, "events", "lm-remote", "-f", "--address", ray_cluster.address, cwd=tmp_path)
     assert follow.returncode == 0, follow.stderr
     assert "[lm-remote] stage RUNNING" in follow.stdout
     assert "job lm-remote: STOPPED (exit code 0)" in follow.stdout
@@ -106,6 +106,74 @@ def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
     listed = dlu(driver_venv, "list", "--address", ray_cluster.address, cwd=tmp_path)
     assert re.search(r"^lm-remote\tSTOPPED exit=0\t", listed.stdout, re.M), listed.stdout
     assert "probe" not in listed.stdout
+
+
+def test_rank_logs_of_a_cluster_job_through_the_dashboard(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """Each rank's output in its file under its node's Ray log dir, read by a dlu-api-only driver
+    with `dlu logs` (whole, one rank, one role, followed), as it is and while it grows."""
+    spec = {
+        **CPU_JOB,
+        "name": "ranks-remote",
+        "master": ISOLATION,
+        "placement_strategy": "STRICT_SPREAD",
+        "config": {"steps": 3},
+        "roles": [
+            {"name": "trainer", "kind": "elastic", "entrypoint": "examples/elastic/allreduce.py",
+             "resources": {"cpu": 0.1},
+             "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}}},
+            {"name": "worker", "entrypoint": "examples.hello.workers:main", "resources": {"cpu": 0.1}},
+        ],
+    }  # fmt: skip
+    path = write_spec(tmp_path, spec)
+    address = ("--address", ray_cluster.address)
+    done = dlu(driver_venv, "submit", str(path), *address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    followed = dlu(driver_venv, "logs", "ranks-remote", "-f", "--role", "trainer", *address, cwd=tmp_path)
+    assert followed.returncode == 0, followed.stderr
+    lines = followed.stdout.splitlines()
+    assert any(line.startswith("[trainer/rank0] rank 0/2 (local 0, node 0): sum 3") for line in lines), lines
+    assert any(line.startswith("[trainer/rank1] rank 1/2 (local 0, node 1): sum 3") for line in lines), lines
+    assert not any("[worker/" in line for line in lines), lines
+
+    final = status_json(driver_venv, "ranks-remote", ray_cluster)
+    assert (final["stage"], final["exit_code"]) == ("STOPPED", 0), final["reason"]
+    assert final["run_id"] and final["log_dir"] is None  # the Ray session's log dir on each node
+
+    one = dlu(driver_venv, "logs", "ranks-remote", "--rank", "1", *address, cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    ranks = {line.split("]")[0] + "]" for line in one.stdout.splitlines()}
+    assert ranks <= {"[trainer/rank1]", "[trainer/rank1:err]"}, one.stdout
+    assert "[trainer/rank1] rank 1/2 (local 0, node 1): sum 3" in one.stdout.splitlines()
+    every = dlu(driver_venv, "logs", "ranks-remote", *address, cwd=tmp_path)
+    assert "[worker/rank0] ranks-remote.worker.0: rank 0/1 did 3 steps" in every.stdout.splitlines(), (
+        every.stdout
+    )
+    assert "DLU-STATUS" not in every.stdout and "stage RUNNING" not in every.stdout  # ranks only
+    timeline = dlu(driver_venv, "events", "ranks-remote", "-f", *address, cwd=tmp_path)
+    assert "job ranks-remote: STOPPED (exit code 0)" in timeline.stdout, timeline.stdout
+
+
+def test_remote_run_tees_rank_output(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
+    """`dlu run --address` with `logs.tee` prints the ranks' lines, prefixed, read through Ray's
+    log API (not Ray's forwarding of worker output)."""
+    spec = {
+        **CPU_JOB,
+        "name": "tee-remote",
+        "master": ISOLATION,
+        "config": {"steps": 2},
+        "logs": {"tee": 1},
+        "roles": [{"name": "worker", "entrypoint": "examples.hello.workers:main", "total": 2,
+                   "resources": {"cpu": 0.1}}],
+    }  # fmt: skip
+    path = write_spec(tmp_path, spec)
+    done = dlu(driver_venv, "run", str(path), "--address", ray_cluster.address, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for rank in (0, 1):
+        line = f"[worker/rank{rank}] tee-remote.worker.{rank}: rank {rank}/2 did 2 steps"
+        assert line in lines, done.stdout
 
 
 def test_status_name_taken_and_stop_of_a_running_job(

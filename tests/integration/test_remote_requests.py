@@ -156,7 +156,7 @@ def test_workdir_is_uploaded_from_a_dlu_api_only_driver(
         driver_venv, "submit", str(path), *address, "--workdir", str(code), cwd=tmp_path, env=env_limit
     )
     assert again.returncode == 0, again.stdout + again.stderr
-    follow = dlu(driver_venv, "logs", "-f", "uploaded", *address, cwd=tmp_path)
+    follow = dlu(driver_venv, "events", "-f", "uploaded", *address, cwd=tmp_path)
     assert "job uploaded: STOPPED (exit code 0)" in follow.stdout, follow.stdout + follow.stderr
     runs = [j for j in httpx.get(f"{ray_cluster.address}/api/jobs/", timeout=30).json()
             if (j.get("metadata") or {}).get("dlu_job") == "uploaded"]  # fmt: skip

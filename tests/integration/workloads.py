@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -179,3 +180,23 @@ def drive_policy() -> None:
     policy = role_group("policy")
     assert sorted(policy.call("world", timeout=120)) == [(0, 2), (1, 2)]
     assert policy.scatter("train_step", [1.0, 2.0], timeout=120) == [3.0, 3.0]
+
+
+def print_rank() -> None:
+    """A simple role's rank printing on stdout, stderr and from a child process."""
+    import subprocess
+
+    rank = os.environ.get("ROLE_RANK", "?")
+    print(f"simple-stdout rank {rank}", flush=True)
+    print(f"simple-stderr rank {rank}", file=sys.stderr, flush=True)
+    subprocess.run(["echo", f"simple-child rank {rank}"], check=True)
+
+
+def print_forever() -> None:
+    """A simple role's rank printing a numbered line every 0.1 s until stopped."""
+    rank = os.environ.get("ROLE_RANK", "?")
+    count = 0
+    while True:
+        print(f"tick {count} of rank {rank}", flush=True)
+        count += 1
+        time.sleep(0.1)

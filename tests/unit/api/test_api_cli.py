@@ -104,9 +104,15 @@ class FakeClient(JobClient):
     def stop(self, name: str) -> None:
         self.calls.append(("stop", name))
 
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
-        self.calls.append(("logs", (name, follow)))
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
+        self.calls.append(("logs", (name, follow, role, rank)))
         yield from ["first line", "second line"]
+
+    def timeline(self, name: str, follow: bool = False) -> Iterator[str]:
+        self.calls.append(("timeline", (name, follow)))
+        yield from ["10:00:00 job_created job x created"]
 
     def scale(self, name: str, role: str, size: int) -> dict[str, object]:
         self.calls.append(("scale", (name, role, size)))
@@ -481,12 +487,28 @@ def test_stop(fake: FakeClient) -> None:
     assert "stop requested for x" in result.output
 
 
-@pytest.mark.parametrize(("flags", "follow"), [([], False), (["--follow"], True), (["-f"], True)])
-def test_logs(fake: FakeClient, flags: list[str], follow: bool) -> None:
+@pytest.mark.parametrize(
+    ("flags", "call"),
+    [
+        ([], ("x", False, None, None)),
+        (["--follow"], ("x", True, None, None)),
+        (["-f", "--rank", "1"], ("x", True, None, 1)),
+        (["--role", "trainer", "--rank", "0"], ("x", False, "trainer", 0)),
+        (["-r", "worker"], ("x", False, "worker", None)),
+    ],
+)
+def test_logs(fake: FakeClient, flags: list[str], call: tuple[object, ...]) -> None:
     result = runner.invoke(app, ["logs", "x", *flags])
     assert result.exit_code == 0, result.output
-    assert fake.calls == [("logs", ("x", follow))]
+    assert fake.calls == [("logs", call)]
     assert result.output.splitlines() == ["first line", "second line"]
+
+
+def test_events_follow_prints_the_timeline(fake: FakeClient) -> None:
+    result = runner.invoke(app, ["events", "x", "-f"])
+    assert result.exit_code == 0, result.output
+    assert fake.calls == [("timeline", ("x", True))]
+    assert result.output.splitlines() == ["10:00:00 job_created job x created"]
 
 
 def test_list(fake: FakeClient) -> None:

@@ -57,7 +57,9 @@ class FakeClient(JobClient):
     def stop(self, name: str) -> None:
         self.calls.append(("stop", name))
 
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
         self.calls.append(("logs", (name, follow)))
         return iter(["a line"])
 

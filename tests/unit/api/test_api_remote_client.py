@@ -21,6 +21,7 @@ from dlu_api.errors import (
     DLUError,
     JobNameTakenError,
     JobNotFoundError,
+    NotSupportedError,
     SpecError,
     VersionMismatchError,
 )
@@ -588,7 +589,7 @@ def test_a_request_nobody_answers_times_out_with_a_pointer_to_the_log(server: Fa
     client = RemoteJobClient(
         ADDRESS, poll_interval_s=0, transport=httpx.MockTransport(server), request_timeout_s=0.3
     )
-    with pytest.raises(ClusterError, match=r"did not answer 'get_step' within 0 s.*dlu logs"):
+    with pytest.raises(ClusterError, match=r"did not answer 'get_step' within 0 s.*dlu events -f demo"):
         client.debug("demo", "get_step", "worker")
 
 
@@ -625,33 +626,33 @@ def test_stop_server_error() -> None:
         client.stop("demo")
 
 
-# --- logs ---------------------------------------------------------------------------------
+# --- timeline (the launcher's log) ---------------------------------------------------------------------------------
 
 
-def test_logs_without_follow(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_without_follow(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     job = add_job(server, FakeJob(statuses=["RUNNING"], logs=["one\ntwo\nthree\n"]))
-    assert list(client.logs("demo")) == ["one", "two", "three"]
+    assert list(client.timeline("demo")) == ["one", "two", "three"]
     assert job.status_reads == 0  # without follow the job's state is never asked for
 
 
-def test_logs_leave_out_wire_lines(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_leave_out_wire_lines(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(RUNNING_STATUS)]))
-    assert list(client.logs("demo")) == ["[demo] stage RUNNING"]
+    assert list(client.timeline("demo")) == ["[demo] stage RUNNING"]
 
 
-def test_logs_without_follow_keeps_a_partial_last_line(
+def test_timeline_without_follow_keeps_a_partial_last_line(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"], logs=["one\n\ntwo\npart"]))
-    assert list(client.logs("demo")) == ["one", "", "two", "part"]
+    assert list(client.timeline("demo")) == ["one", "", "two", "part"]
 
 
-def test_logs_of_empty_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_of_empty_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
-    assert list(client.logs("demo")) == []
+    assert list(client.timeline("demo")) == []
 
 
-def test_logs_follow_yields_every_line_once_in_order(
+def test_timeline_follow_yields_every_line_once_in_order(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     growth = [
@@ -665,14 +666,16 @@ def test_logs_follow_yields_every_line_once_in_order(
     job = add_job(
         server, FakeJob(statuses=["PENDING", "RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"], logs=growth)
     )
-    lines = list(client.logs("demo", follow=True))
+    lines = list(client.timeline("demo", follow=True))
     assert lines == ["a1", "a2", "half done", "b1", "b2", "last"]
     assert job.status_reads == 5  # followed until the job finished, then stopped polling
 
 
-def test_logs_follow_flushes_a_final_partial_line(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+def test_timeline_follow_flushes_a_final_partial_line(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
     add_job(server, FakeJob(statuses=["RUNNING", "FAILED"], logs=["x\n", "x\ny\n", "x\ny\nTraceback: boom"]))
-    assert list(client.logs("demo", follow=True)) == ["x", "y", "Traceback: boom"]
+    assert list(client.timeline("demo", follow=True)) == ["x", "y", "Traceback: boom"]
 
 
 def test_logs_of_unknown_job(client: RemoteJobClient) -> None:
@@ -779,3 +782,74 @@ def test_workdir_forms(tmp_path: Any) -> None:
     assert working_dir(f"cluster:{here}") == (here, None)  # named on the nodes, even if here too
     assert working_dir("/srv/app-only-on-the-nodes") == ("/srv/app-only-on-the-nodes", None)
     assert working_dir("s3://bucket/code.zip") == (None, "s3://bucket/code.zip")  # Ray fetches it
+
+
+# --- rank logs (Ray's dashboard log API) ----------------------------------------------------
+
+
+class FakeClusterWithLogs(FakeRayJobServer):
+    """The job server plus the dashboard's log endpoints, one node holding the run's files."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        super().__init__()
+        self.files = files
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        query = dict(request.url.params)
+        if path == "/api/v0/nodes":
+            self.requests.append(request)
+            return httpx.Response(
+                200,
+                json={"result": True, "data": {"result": {"result": [{"node_id": "n1", "state": "ALIVE"}]}}},
+            )
+        if path == "/api/v0/logs":
+            self.requests.append(request)
+            assert query["node_id"] == "n1" and query["glob"] == "dlu/demo/run7/*/rank*.*"
+            return httpx.Response(
+                200, json={"result": True, "data": {"result": {"worker_out": sorted(self.files)}}}
+            )
+        if path == "/api/v0/logs/file":
+            self.requests.append(request)
+            return httpx.Response(200, content=self.files[query["filename"]])
+        return super().__call__(request)
+
+
+def _logs_job(server: FakeRayJobServer, **status: Any) -> None:
+    final = JobStatus(
+        name="demo", stage=JobStage.RUNNING, roles=[RoleStatus(name="worker", kind="simple")], **status
+    )
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(final)]))
+
+
+def test_rank_logs_of_the_run_the_launcher_reported() -> None:
+    server = FakeClusterWithLogs(
+        {
+            "dlu/demo/run7/worker/rank0.out": b"zero\n",
+            "dlu/demo/run7/worker/rank1.out": b"one\n",
+            "dlu/demo/run7/worker/rank1.err": b"err\n",
+        }
+    )
+    _logs_job(server, run_id="run7")
+    client = make_client(server)
+    assert list(client.logs("demo")) == [
+        "[worker/rank0] zero",
+        "[worker/rank1] one",
+        "[worker/rank1:err] err",
+    ]
+    assert list(client.logs("demo", rank=1)) == ["[worker/rank1] one", "[worker/rank1:err] err"]
+    with pytest.raises(DLUError, match="no rank logs for role worker and rank 5"):
+        list(client.logs("demo", role="worker", rank=5))
+    with pytest.raises(DLUError, match="no role 'trainer'; its roles: worker"):
+        list(client.logs("demo", role="trainer"))
+
+
+def test_rank_logs_need_a_run_and_rays_own_log_dir() -> None:
+    server = FakeClusterWithLogs({})
+    _logs_job(server)
+    with pytest.raises(DLUError, match="has no rank logs yet: it has not started a run"):
+        list(make_client(server).logs("demo"))
+    server = FakeClusterWithLogs({})
+    _logs_job(server, run_id="run7", log_dir="/data/logs")
+    with pytest.raises(NotSupportedError, match=r"writes its rank logs to /data/logs on each node"):
+        list(make_client(server).logs("demo"))

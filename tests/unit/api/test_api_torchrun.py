@@ -127,8 +127,8 @@ def test_rendezvous_and_master_flags_are_ignored() -> None:
         "--nproc-per-node=2 --monitor-interval=5 --log-dir /tmp/l train.py"
     )
     assert (cmd.max_nodes, cmd.nproc_per_node, cmd.entrypoint) == (2, 2, "train.py")
+    assert cmd.log_dir == "/tmp/l"
     assert cmd.ignored_flags == (
-        "log-dir",
         "master-addr",
         "master-port",
         "monitor-interval",
@@ -290,3 +290,54 @@ def test_from_torchrun_cmd_says_which_flags_it_ignores(caplog: pytest.LogCapture
     with caplog.at_level("WARNING", logger="dlu_api.builder"):
         from_torchrun_cmd("torchrun --nnodes=1 --nproc-per-node=2 train.py", device_type="CPU")
     assert caplog.text == ""
+
+
+def test_log_flags_are_kept_not_ignored() -> None:
+    cmd = parse_torchrun("torchrun --nproc-per-node=2 --log-dir=/tmp/l --redirects 3 --tee=0:1,1:2 train.py")
+    assert (cmd.log_dir, cmd.redirects, cmd.tee, cmd.ignored_flags) == ("/tmp/l", "3", "0:1,1:2", ())
+
+
+def test_short_log_flags() -> None:
+    cmd = parse_torchrun("torchrun -r 2 -t=1 train.py")
+    assert (cmd.redirects, cmd.tee) == ("2", "1")
+
+
+@pytest.mark.parametrize("flag", ["--redirects=4", "--tee x", "-r 0:1,0:2", "--tee=1:"])
+def test_bad_stream_mode_is_named(flag: str) -> None:
+    name = "--redirects" if "-r" in flag else "--tee"
+    with pytest.raises(ValueError, match=f"{name} .* is not a stream mode|{name} .* names rank 0 twice"):
+        parse_torchrun(f"torchrun {flag} train.py")
+
+
+def test_log_flags_reach_the_spec() -> None:
+    from dlu_api.builder import from_torchrun_cmd
+
+    spec = from_torchrun_cmd(
+        "torchrun --nproc-per-node=2 --log-dir logs --redirects 1 --tee 0:3 train.py", device_type="CPU"
+    )
+    assert spec.logs.dir is not None and spec.logs.dir.startswith("/") and spec.logs.dir.endswith("/logs")
+    # every stream to the files; on the terminal what torchrun's console would show: rank 0 both
+    # (stderr not redirected, stdout tee'd), rank 1 stderr only (stdout redirected)
+    assert (spec.logs.redirects, spec.logs.tee) == ("3", "0:3,1:2")
+    plain = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", device_type="CPU")
+    assert (plain.logs.dir, plain.logs.redirects, plain.logs.tee) == (None, "3", "3")  # torchrun prints all
+    quiet = from_torchrun_cmd("torchrun --nproc-per-node=2 --redirects 3 train.py", device_type="CPU")
+    assert (quiet.logs.redirects, quiet.logs.tee) == ("3", "0")
+
+
+@pytest.mark.parametrize(
+    ("redirects", "tee", "world", "want"),
+    [
+        (None, None, 4, "3"),
+        ("3", None, 4, "0"),
+        ("1", None, 4, "2"),
+        ("3", "1", 4, "1"),
+        ("2", "2", 4, "3"),
+        ("0:3", None, 3, "0:0,1:3,2:3"),
+        ("3", "1:2", 2, "0:0,1:2"),
+    ],
+)
+def test_torchrun_console_becomes_tee(redirects: str | None, tee: str | None, world: int, want: str) -> None:
+    from dlu_api.rank_logs import torchrun_tee
+
+    assert torchrun_tee(redirects, tee, world) == want

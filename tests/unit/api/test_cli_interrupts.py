@@ -76,7 +76,9 @@ class SignallingClient(JobClient):
     def status(self, name: str) -> JobStatus:
         raise NotImplementedError
 
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
         raise NotImplementedError
 
     def list_jobs(self) -> list[JobSummary]:

@@ -176,3 +176,21 @@ def test_a_resume_with_nothing_stored_says_which_store_was_read() -> None:
         "set name to a job stored in state_store 'memory', or point state_store at the store that "
         "holds job 'pf'."
     )
+
+
+def test_a_log_dir_that_cannot_be_created_is_refused_naming_the_field(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    spec = spec_from_dict(
+        {"name": "logs", "device_type": "CPU", "logs": {"dir": str(blocker / "logs")},
+         "roles": [{"name": "w", "entrypoint": "json:dumps", "resources": {"cpu": 0.1}}]}
+    )  # fmt: skip
+    (problem,) = preflight.log_dir_problems(spec)
+    assert problem.field == "logs.dir" and "cannot be created" in problem.message
+    with pytest.raises(SpecError, match=r"logs\.dir"):
+        check_local(spec, str(tmp_path), {})
+    fine = spec.model_copy(
+        update={"logs": spec.logs.model_copy(update={"dir": str(tmp_path / "new" / "logs")})}
+    )
+    assert preflight.log_dir_problems(fine) == []
+    assert not (tmp_path / "new").exists()  # checked, not created

@@ -7,6 +7,7 @@ builder and a YAML file can never disagree on defaults or validation.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Generic, Self, TypeVar
 
 from dlu_api.spec.io import spec_from_dict
@@ -206,6 +207,16 @@ class DLJobBuilder:
         self._job.setdefault("master", {}).update(settings)
         return self
 
+    def logs(
+        self, dir: str | None = None, redirects: str | int | None = None, tee: str | int | None = None
+    ) -> Self:
+        """Per-rank log files, as torchrun's --log-dir, --redirects and --tee (see `LogsSettings`)."""
+        settings: dict[str, Any] = self._job.setdefault("logs", {})
+        for key, value in (("dir", dir), ("redirects", redirects), ("tee", tee)):
+            if value is not None:
+                settings[key] = value
+        return self
+
     # roles
     def role(self, name: str) -> Self:
         """Name the role that the next `run()` / `train()` / `custom()` defines."""
@@ -307,19 +318,22 @@ def from_torchrun_cmd(
     `from_torchrun_cmd("torchrun --nnodes=2 --nproc-per-node=2 train.py --lr 1e-3")`.
 
     torchrun has no device flag, so the device type is the caller's (GPU unless told otherwise),
-    never guessed from the driver machine.
+    never guessed from the driver machine. `--log-dir` becomes `logs.dir`; every rank writes both
+    streams to its files, and what torchrun would print on its console (everything, unless
+    `--redirects` sends a stream to a file only; `--tee` prints it again) becomes `logs.tee`.
 
     Raises:
         ValueError: not a torchrun command, or `--nproc-per-node` cannot be resolved.
         SpecError: the resulting spec breaks a rule.
     """
+    from dlu_api.rank_logs import torchrun_tee
     from dlu_api.spec.torchrun import parse_torchrun
 
     cmd = parse_torchrun(command)
     if cmd.ignored_flags:
         flags = ", ".join(f"--{flag}" for flag in cmd.ignored_flags)
         logger.warning(
-            "torchrun flags DLU handles itself (its own rendezvous, logs, monitoring), ignored: %s", flags
+            "torchrun flags DLU handles itself (its own rendezvous and monitoring), ignored: %s", flags
         )
     dtype = device_type.upper()
     builder = DLJobBuilder(name).device_type(dtype)
@@ -334,6 +348,12 @@ def from_torchrun_cmd(
             )
     per_node = device_per_node if device_per_node is not None else (nproc if dtype == "GPU" else 0)
     builder.device_per_node(per_node).node_num(cmd.max_nodes)
+    if cmd.log_dir is not None:
+        builder.logs(dir=os.path.abspath(os.path.expanduser(cmd.log_dir)))  # as the driver sees it
+    # torchrun's console is `dlu run`'s terminal: what torchrun would print there is tee'd (every
+    # stream also goes to the rank files, as the spec's default redirects=3 says).
+    world = cmd.max_nodes * nproc
+    builder.logs(tee=torchrun_tee(cmd.redirects, cmd.tee, world))
     trainer = builder.role(role).train(cmd.entrypoint).nnodes(cmd.nnodes).nproc_per_node(nproc)
     if cmd.max_restarts is not None:
         trainer.max_restart(cmd.max_restarts)

@@ -33,8 +33,9 @@ class JobHandle:
         """Set a simple role's actor count while the job runs (see `JobClient.scale`)."""
         return self.client.scale(self.name, role, size)
 
-    def logs(self, follow: bool = False) -> Iterator[str]:
-        return self.client.logs(self.name, follow)
+    def logs(self, follow: bool = False, role: str | None = None, rank: int | None = None) -> Iterator[str]:
+        """What the ranks printed (see `JobClient.logs`)."""
+        return self.client.logs(self.name, follow, role=role, rank=rank)
 
 
 class Job:

@@ -105,6 +105,14 @@ class JobStatus(BaseModel):
         default=None,
         description="The job's first failure, kept even after the bounded timeline dropped it.",
     )
+    run_id: str = Field(
+        default="", description="This run of the job; its rank logs are under <log dir>/<job>/<run_id>/."
+    )
+    log_dir: str | None = Field(
+        default=None,
+        description="Root of the rank log files (the spec's logs.dir, or $DLU_HOME/logs for a local "
+        "job); None: the Ray session's log dir on each node (its dlu/ folder).",
+    )
 
     @property
     def finished(self) -> bool:

@@ -11,20 +11,31 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.rank_files import (
+    FileTailer,
+    check_selection,
+    local_run_dir,
+    rank_files,
+    read_rank_logs,
+    selection_text,
+)
 from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError
+from dlu_api.rank_logs import HOME_SUBDIR, RankFile, select
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus, JobSummary
+from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
 from dlu_prime import job_lock, launcher, preflight, ray_env, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
 from dlu_prime.stop_now import kill_job, killed_status
 
+TEE_POLL_S = 0.2
 CLOSED_REASON = "stopped: the client that ran it was closed, and its embedded Ray with it"
 
 
@@ -51,7 +62,10 @@ class LocalJobClient(JobClient):
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         """Before Ray or any zygote starts, a job that cannot run here is refused at no cost,
-        and so is one whose name another process runs."""
+        and so is one whose name another process runs. Rank logs default to $DLU_HOME/logs."""
+        if spec.logs.dir is None:
+            logs = spec.logs.model_copy(update={"dir": str(dlu_home() / HOME_SUBDIR)})
+            spec = spec.model_copy(update={"logs": logs})
         if self._address is None:
             self._ray_options = preflight.sized_for(spec, self._ray_options)
         preflight.check_local(spec, os.getcwd(), self._ray_options)
@@ -178,21 +192,36 @@ class LocalJobClient(JobClient):
                 f"local job {name!r} was started again meanwhile; stop it with `dlu stop {name}` first"
             ) from None
 
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
-        """The job's event timeline (worker output itself is printed by the `dlu run` that runs it)."""
-        cursor = EventCursor()
-        while True:
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
+        """The rank log files under the job's log dir (see `dlu_api.rank_logs`)."""
+        status = self.status(name)
+        while follow and not status.run_id and not self._stopped(name):  # the job is starting
+            time.sleep(0.3)
             status = self.status(name)
-            for event in cursor.take(status.events):
-                where = "/".join(p for p in (event.role, event.actor) if p)
-                stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
-                yield f"{stamp} {event.kind} {where + ': ' if where else ''}{event.message}"
-            if not follow or status.stage.is_terminal:
-                if status.stage.is_terminal and status.reason:
-                    code = "" if status.exit_code is None else f": exit code {status.exit_code}"
-                    yield f"{status.stage.value.lower()}{code}: {status.reason}"
-                return
-            time.sleep(1.0)
+        run = local_run_dir(status)
+        check_selection(status, role, rank)
+        if not follow:
+            lines = list(read_rank_logs(run, role, rank))
+            if not lines and not any(True for _ in select(rank_files(run), role, rank)):
+                raise DLUError(f"job {name!r} has no rank logs{selection_text(role, rank)} under {run} yet")
+            yield from lines
+            return
+        yield from read_rank_logs(run, role, rank, follow=lambda: not self._stopped(name))
+
+    def tee_lines(
+        self, status: JobStatus, wanted: Callable[[RankFile], bool], stop: threading.Event
+    ) -> Iterator[str]:
+        tailer = FileTailer(local_run_dir(status), wanted)
+        while not stop.wait(TEE_POLL_S):
+            yield from tailer.poll()
+        yield from tailer.flush()
+
+    def _stopped(self, name: str) -> bool:
+        if name in self._specs:
+            return False  # this process runs it: it has stopped once `wait` returned
+        return self.files.status(name)[0].stage.is_terminal
 
     def debug(
         self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None

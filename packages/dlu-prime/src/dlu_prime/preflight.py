@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,8 +63,34 @@ def check_local(spec: JobSpec, workdir: str | None, ray_options: Mapping[str, An
     problems = resource_problems(spec, have, node_max=None, where="this machine") + code_problems(
         spec, workdir
     )
+    problems += log_dir_problems(spec)
     if problems:
         raise SpecError(problems)
+
+
+def log_dir_problems(spec: JobSpec) -> list[Problem]:
+    """A local job's rank log folder must be one this user can create and write (on a cluster
+    each node makes its own)."""
+    if not spec.logs.dir:
+        return []
+    folder = Path(os.path.expanduser(spec.logs.dir))
+    existing = folder
+    while not existing.exists() and existing != existing.parent:  # nothing is created here
+        existing = existing.parent
+    if not existing.is_dir():
+        writable, detail = False, f"it cannot be created ({existing} is not a folder)"
+    else:
+        writable = os.access(existing, os.W_OK | os.X_OK)
+        detail = f"{existing} is not writable by this user"
+    if writable:
+        return []
+    return [
+        Problem(
+            "logs.dir",
+            f"the rank log folder {folder} cannot be used: {detail}.",
+            "give logs.dir (or --log-dir) a folder you can write, or leave it out for $DLU_HOME/logs.",
+        )
+    ]
 
 
 def sized_for(spec: JobSpec, ray_options: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ rewrites `_node_ip_address="127.0.0.1"` to the host's interface address, and eve
 then listens on all interfaces), leave the autoscaler monitor and the API server out of a local
 head (`ray.init` takes neither `no_monitor` nor a way to skip the API server), give the raylet
 another worker script, remove a placement group by id, or read and write the GCS's key-value
-store. `SYMBOLS` names each symbol, the parameters DLU passes it, and what DLU does without it;
+store, or find the node's log dir (where rank logs of a cluster job go). `SYMBOLS` names each symbol, the parameters DLU passes it, and what DLU does without it;
 `problem()` says what is wrong with one on the installed Ray (the unit tests call it for each),
 `get()` returns it, or None with one logged warning when Ray changed it. A changed symbol never
 breaks a run: DLU falls back to Ray's own behaviour (no lean head, no zygote, Ray's address
@@ -37,7 +37,7 @@ class Private(NamedTuple):
     module: str
     attr: str
     params: tuple[str, ...] = ()  # names DLU passes: each must be in its signature
-    kind: str = "callable"  # "callable", "property" or "module"
+    kind: str = "callable"  # "callable", "property", "module" or "value" (any attribute)
     fallback: str = ""
 
     @property
@@ -74,6 +74,10 @@ SYMBOLS: dict[str, Private] = {
     "kv_put": Private(_KV, "_internal_kv_put", ("key", "value", "overwrite", "namespace"), fallback="the embedded store fails"),
     "kv_del": Private(_KV, "_internal_kv_del", ("key", "del_by_prefix", "namespace"), fallback=_KV_FALLBACK),
     "kv_list": Private(_KV, "_internal_kv_list", ("prefix", "namespace"), fallback=_KV_FALLBACK),
+    "node_logs_dir": Private(
+        _NODE, "Node.get_logs_dir_path", fallback="rank logs of a cluster job go under $DLU_HOME/logs on each node",
+    ),
+    "global_node": Private("ray._private.worker", "_global_node", kind="value", fallback="as node_logs_dir"),
     "actor_restarted": Private(
         "ray.runtime_context", "RuntimeContext.was_current_actor_reconstructed", kind="property",
         fallback="an actor restarted by Ray is taken for a fresh one",
@@ -295,3 +299,18 @@ def actor_was_restarted() -> bool:
             "ignore", message=r"(?s).*Use get_actor_id\(\) instead", category=DeprecationWarning
         )
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+def session_logs_dir() -> str | None:
+    """The log dir of this process's Ray node (the session's `logs/`, which Ray's dashboard log
+    API serves), or None outside a Ray worker or where Ray changed how it is found."""
+    if not (available("node_logs_dir") and available("global_node")):
+        return None
+    node = _get("global_node")
+    if node is None:
+        return None
+    try:
+        return str(_get("node_logs_dir")(node))
+    except Exception as exc:  # a node object of another shape: fall back, visibly once
+        logger.warning("cannot read the Ray node's log dir (%s); rank logs go under $DLU_HOME", exc)
+        return None

@@ -15,10 +15,11 @@ import typer
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import detach, interrupts
-from dlu_api.cli.console import VERBOSE_ENV, JobConsole, job_console, quiet_python_warnings
+from dlu_api.cli.console import VERBOSE_ENV, job_console, quiet_python_warnings
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.cli.tee import RankTee
 from dlu_api.client import ADDRESS_ENV, JobClient, connect
 from dlu_api.client.local import check_local, local_client
 from dlu_api.errors import DLUError, SpecError
@@ -227,6 +228,12 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
     """Start the job, follow it to its end, close the client; exits with the job's code (130
     when interrupted)."""
     console = job_console(_echo)
+    tee = RankTee(client, spec, _echo)
+
+    def on_update(status: JobStatus) -> None:
+        tee.see(status)
+        console(status)
+
     try:
         try:
             job = start(spec)
@@ -236,8 +243,9 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
             typer.echo(f"interrupted: job {spec.name} was not started", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         try:
-            final, code = _follow(client, job, console)
+            final, code = _follow(client, job, on_update)
         finally:
+            tee.stop()  # what the ranks printed last, before the final status
             console.stop()  # the terminal back, whatever happened
         console.close(final)
     finally:
@@ -246,7 +254,7 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
     raise typer.Exit(code)
 
 
-def _follow(client: JobClient, job: str, printer: JobConsole) -> tuple[JobStatus, int]:
+def _follow(client: JobClient, job: str, printer: Callable[[JobStatus], None]) -> tuple[JobStatus, int]:
     """Wait for the job to stop: the first interrupt stops it cleanly, a second one at once."""
     with interrupts.terminate_as_interrupt():
         try:
@@ -279,7 +287,10 @@ def submit(
         job = connect(address, workdir).submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"submitted {job} to {address}; follow it with `dlu logs --follow {job}`")
+    typer.echo(
+        f"submitted {job} to {address}; follow it with `dlu events -f {job}` (its timeline) "
+        f"or `dlu logs -f {job}` (what its ranks print)"
+    )
 
 
 @app.command()
@@ -301,9 +312,19 @@ def status(
 def events(
     job: Annotated[str, typer.Argument(help="Job name.")],
     address: AddressOpt = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Print the timeline as readable lines as it grows, until the job stops."
+        ),
+    ] = False,
 ) -> None:
     """Print a job's event timeline as JSON lines, one event per line, oldest first."""
     try:
+        if follow:
+            for line in connect(address).timeline(job, follow=True):
+                typer.echo(line)
+            return
         timeline = connect(address).events(job)
     except DLUError as exc:
         raise _fail(str(exc)) from None
@@ -335,13 +356,18 @@ def delete(job: Annotated[str, typer.Argument(help="Job name.")], address: Addre
 def logs(
     job: Annotated[str, typer.Argument(help="Job name.")],
     address: AddressOpt = None,
+    role: Annotated[str | None, typer.Option("--role", "-r", help="Only this role's ranks.")] = None,
+    rank: Annotated[
+        int | None, typer.Option("--rank", help="Only this rank (of each role, or of --role).")
+    ] = None,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing until the job stops.")
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job stops.")
     ] = False,
 ) -> None:
-    """Print a job's logs."""
+    """Print what a job's ranks wrote to stdout and stderr, each line prefixed [role/rankN]
+    ([role/rankN:err] for stderr). `dlu events` prints the job's timeline."""
     try:
-        for line in connect(address).logs(job, follow):
+        for line in connect(address).logs(job, follow, role=role, rank=rank):
             typer.echo(line)
     except DLUError as exc:
         raise _fail(str(exc)) from None

@@ -48,7 +48,10 @@ def until_running(
 
 def follow_hint(name: str, address: str | None) -> str:
     where = f" --address {address}" if address else ""
-    return f"follow it with `dlu logs -f {name}{where}` or `dlu status {name}{where}`; stop it with `dlu stop {name}{where}`"
+    return (
+        f"follow it with `dlu events -f {name}{where}` (its timeline), `dlu logs -f {name}{where}` "
+        f"(what its ranks print) or `dlu status {name}{where}`; stop it with `dlu stop {name}{where}`"
+    )
 
 
 def detached_dir(home: Path, name: str) -> Path:

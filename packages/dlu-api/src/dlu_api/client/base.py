@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 
 from dlu_api.errors import ClusterError, NotSupportedError
+from dlu_api.rank_logs import RankFile
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobEvent, JobStatus, JobSummary
+from dlu_api.status import EventCursor, JobEvent, JobStatus, JobSummary
 
 StatusCallback = Callable[[JobStatus], None]
 
@@ -74,12 +77,49 @@ class JobClient(ABC):
         return self.status(name)
 
     @abstractmethod
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
-        """The job's log lines; with `follow`, keeps yielding until the job stops.
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
+        """What the job's ranks wrote to stdout and stderr (their rank log files), each line
+        prefixed `[role/rankN]` (`[role/rankN:err]` for stderr); only `role` and `rank` when
+        given. With `follow`, keeps yielding new lines until the job stops.
+
+        Raises:
+            JobNotFoundError: no such job.
+            DLUError: the job has no rank logs to read (yet), or none of that role and rank.
+        """
+
+    def tee_lines(
+        self, status: JobStatus, wanted: Callable[[RankFile], bool], stop: threading.Event
+    ) -> Iterator[str]:
+        """New lines of the `wanted` rank files of `status`'s run, prefixed, until `stop` is set
+        (then what was still unread): what `dlu run` prints for `logs.tee`.
+
+        Raises:
+            NotSupportedError: this client cannot follow rank files.
+        """
+        del status, wanted, stop
+        raise NotSupportedError(f"{type(self).__name__} cannot follow rank logs")
+
+    def timeline(self, name: str, follow: bool = False) -> Iterator[str]:
+        """The job's event timeline as readable lines; with `follow`, until the job stops.
 
         Raises:
             JobNotFoundError: no such job.
         """
+        cursor = EventCursor()
+        while True:
+            status = self.status(name)
+            for event in cursor.take(status.events):
+                where = "/".join(p for p in (event.role, event.actor) if p)
+                stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
+                yield f"{stamp} {event.kind} {where + ': ' if where else ''}{event.message}"
+            if not follow or status.stage.is_terminal:
+                if status.stage.is_terminal and status.reason:
+                    code = "" if status.exit_code is None else f": exit code {status.exit_code}"
+                    yield f"{status.stage.value.lower()}{code}: {status.reason}"
+                return
+            time.sleep(1.0)
 
     def events(self, name: str) -> list[JobEvent]:
         """The job's event timeline, oldest first (bounded by the PrimeMaster's MAX_EVENTS).

@@ -19,9 +19,10 @@ import json
 import logging
 import os
 import shlex
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,11 @@ import httpx
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import remote_mail, remote_status, remote_upload, wire
 from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.ray_logs import RayLogApi, RemoteRankLogs, rank_log_lines
 from dlu_api.client.remote_delete import delete_runs
 from dlu_api.client.remote_status import TERMINAL
 from dlu_api.errors import DLUError, JobNotFoundError
+from dlu_api.rank_logs import RankFile
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import JobEvent, JobStatus, JobSummary
@@ -369,23 +372,42 @@ class RemoteJobClient(JobClient):
         delete_runs(self.address, name, runs, self._request)
 
     # logs and list -----------------------------------------------------------------------------
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
+    ) -> Iterator[str]:
+        """The rank log files, through Ray's dashboard log API (see `dlu_api.client.ray_logs`).
+        The run is the one the launcher last reported (its status carries the run id)."""
+        sid = self._sid(name)
+        status = self.status(name)
+        while follow and not status.run_id and not status.finished:  # the launcher is starting
+            time.sleep(self._poll)
+            status = self.status(name)
+
+        def running() -> bool:
+            return str(self._job_info_by_id(sid, name).get("status")) not in TERMINAL
+
+        yield from rank_log_lines(self._log_api(), status, role, rank, running if follow else None)
+
+    def tee_lines(
+        self, status: JobStatus, wanted: Callable[[RankFile], bool], stop: threading.Event
+    ) -> Iterator[str]:
+        if status.log_dir or not status.run_id:
+            return
+        ranks = RemoteRankLogs(self._log_api(), status.name, status.run_id)
+        yield from ranks.follow(None, None, lambda: True, wanted, ended=stop)
+
+    def _log_api(self) -> RayLogApi:
+        return RayLogApi(self.address, self._request, self._http.stream)
+
+    def timeline(self, name: str, follow: bool = False) -> Iterator[str]:
         """The launcher's log: stages, role states and events as they happen, then the final status.
         Wire lines (for this client) are left out."""
         sid = self._sid(name)
-        seen = 0
-        while True:
-            text = self._log_text_by_id(sid, name)
-            complete = text[seen:].rpartition("\n")[0]
-            if complete:
-                yield from (line for line in complete.split("\n") if not wire.is_wire_line(line))
-                seen += len(complete) + 1
-            if not follow or str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
-                rest = self._log_text_by_id(sid, name)[seen:]
-                if rest:
-                    yield from (line for line in rest.rstrip("\n").split("\n") if not wire.is_wire_line(line))
-                return
-            time.sleep(self._poll)
+
+        def finished() -> bool:
+            return str(self._job_info_by_id(sid, name).get("status")) in TERMINAL
+
+        yield from wire.follow_log(lambda: self._log_text_by_id(sid, name), finished, follow, self._poll)
 
     def list_jobs(self) -> list[JobSummary]:
         """The newest run of every DLU job; exit codes by the rule `dlu status` uses."""

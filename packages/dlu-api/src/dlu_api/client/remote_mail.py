@@ -78,6 +78,6 @@ def ask(
         if now > deadline:
             raise ClusterError(
                 f"job {name!r} on {address} did not answer {body.get('action')!r} within {timeout_s:.0f} s; "
-                "is its launcher busy? `dlu logs` shows what it is doing"
+                f"is its launcher busy? `dlu events -f {name}` shows what it is doing"
             )
         time.sleep(poll_s)

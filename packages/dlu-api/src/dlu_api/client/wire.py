@@ -24,7 +24,8 @@ Both sides import this module (dlu-prime depends on dlu-api), so the format live
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,3 +148,23 @@ def debug_answer(text: str | Iterable[str]) -> dict[str, Any] | None:
             found: dict[str, Any] = json.loads(raw[len(DEBUG) + 1 :])
             return found
     return None
+
+
+def follow_log(
+    read: Callable[[], str], finished: Callable[[], bool], follow: bool, poll_s: float
+) -> Iterator[str]:
+    """The human lines of a launcher's log (`read()` returns all of it so far), wire lines left
+    out; with `follow`, new ones until `finished()`, then the rest."""
+    seen = 0
+    while True:
+        text = read()
+        complete = text[seen:].rpartition("\n")[0]
+        if complete:
+            yield from (line for line in complete.split("\n") if not is_wire_line(line))
+            seen += len(complete) + 1
+        if not follow or finished():
+            rest = read()[seen:]
+            if rest:
+                yield from (line for line in rest.rstrip("\n").split("\n") if not is_wire_line(line))
+            return
+        time.sleep(poll_s)

@@ -16,10 +16,12 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from dlu_api.rank_logs import parse_modes
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.torchrun import parse_nnodes, parse_torchrun
 from dlu_api.spec.units import parse_memory
@@ -297,6 +299,56 @@ class MasterSettings(_Model):
     )
 
 
+def _mode_text(value: Any) -> Any:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+StreamMode = Annotated[str, BeforeValidator(_mode_text)]
+
+
+class LogsSettings(_Model):
+    """Per-rank log files: `<dir>/<job>/<run_id>/<role>/rank<N>.out` and `.err`, as torchrun's
+    `--log-dir`, `--redirects` and `--tee`."""
+
+    dir: str | None = Field(
+        default=None,
+        description="Absolute root of the rank log files; unset: $DLU_HOME/logs for a local job, "
+        "the Ray session's log dir (its dlu/ folder) on each node of a cluster.",
+    )
+    redirects: StreamMode = Field(
+        default="3",
+        description="Streams written to the rank files instead of the actor's output: 0 none, "
+        "1 stdout, 2 stderr, 3 both, or per rank, e.g. '0:3,1:2'.",
+    )
+    tee: StreamMode = Field(
+        default="0",
+        description="Streams written to the rank files and also printed by `dlu run` with a "
+        "[role/rankN] prefix; same forms as redirects.",
+    )
+
+    @field_validator("dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError(
+                "logs.dir is empty: give an absolute path, e.g. dir: /data/logs, or leave it out"
+            )
+        if not value.startswith(("/", "~")):
+            raise ValueError(
+                f"logs.dir {value!r} is relative (it would mean another folder on each node): "
+                "give an absolute path, e.g. dir: /data/logs"
+            )
+        return value
+
+    @field_validator("redirects", "tee")
+    @classmethod
+    def _modes(cls, value: str, info: ValidationInfo) -> str:
+        parse_modes(value, f"logs.{info.field_name}")
+        return value
+
+
 class JobSpec(_Model):
     """A DLU job. `dlu schema` prints its JSON Schema."""
 
@@ -323,6 +375,7 @@ class JobSpec(_Model):
     )
     health: HealthSettings = Field(default_factory=HealthSettings)
     master: MasterSettings = Field(default_factory=MasterSettings)
+    logs: LogsSettings = Field(default_factory=LogsSettings)
 
     @model_validator(mode="after")
     def _default_gpus(self) -> JobSpec:

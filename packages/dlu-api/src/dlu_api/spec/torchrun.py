@@ -1,6 +1,7 @@
 """Parse a torchrun command line into what DLU needs: nodes, processes per node, and the script.
 
-DLU does its own rendezvous, so torchrun's rendezvous and master flags are accepted and ignored.
+DLU does its own rendezvous, so torchrun's rendezvous and master flags are accepted and ignored;
+`--log-dir`, `--redirects` (`-r`) and `--tee` (`-t`) become the spec's `logs` settings.
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from dlu_api.rank_logs import parse_modes
 from dlu_api.spec.entrypoint import is_torchrun_command, split_command
 
-# torchrun flags DLU accepts and ignores: it does its own rendezvous, logging and placement.
+# torchrun flags DLU accepts and ignores: it does its own rendezvous, monitoring and placement.
 _IGNORED_VALUE_FLAGS = frozenset(
     {
         "monitor-interval",
@@ -23,9 +25,6 @@ _IGNORED_VALUE_FLAGS = frozenset(
         "master-port",
         "local-addr",
         "role",
-        "log-dir",
-        "redirects",
-        "tee",
         "start-method",
         "local-ranks-filter",
         "logs-specs",
@@ -33,7 +32,9 @@ _IGNORED_VALUE_FLAGS = frozenset(
 )
 _IGNORED_BOOL_FLAGS = frozenset({"standalone", "run-path"})
 # Flags that take a value. Both spellings (dash and underscore) are accepted.
-_VALUE_FLAGS = frozenset({"nnodes", "nproc-per-node", "max-restarts"}) | _IGNORED_VALUE_FLAGS
+_LOG_FLAGS = frozenset({"log-dir", "redirects", "tee"})
+_VALUE_FLAGS = frozenset({"nnodes", "nproc-per-node", "max-restarts"}) | _LOG_FLAGS | _IGNORED_VALUE_FLAGS
+_SHORT_FLAGS = {"-r": "redirects", "-t": "tee"}
 _BOOL_FLAGS = frozenset({"module", "no-python"}) | _IGNORED_BOOL_FLAGS
 _IGNORED = _IGNORED_VALUE_FLAGS | _IGNORED_BOOL_FLAGS
 
@@ -48,6 +49,9 @@ class TorchrunCommand:
     entrypoint: str
     max_restarts: int | None = None
     ignored_flags: tuple[str, ...] = field(default=())
+    log_dir: str | None = None
+    redirects: str | None = None  # torchrun's stream modes, checked (see dlu_api.rank_logs)
+    tee: str | None = None
 
     @property
     def nnodes(self) -> str:
@@ -105,6 +109,8 @@ def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
             i += 1
             continue
         name, inline = _split_flag(token)
+        if token.partition("=")[0] in _SHORT_FLAGS:
+            name = _SHORT_FLAGS[token.partition("=")[0]]
         if name in _BOOL_FLAGS:
             flags.add(name)
             i += 1
@@ -120,7 +126,8 @@ def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
         else:
             raise ValueError(
                 f"unknown torchrun flag {token!r}; DLU understands --nnodes, --nproc-per-node, "
-                "--max-restarts, --standalone, -m/--module, --no-python and ignores rendezvous flags"
+                "--max-restarts, --log-dir, --redirects, --tee, --standalone, -m/--module, --no-python "
+                "and ignores rendezvous flags"
             )
     if i < len(rest) and rest[i] == "--":
         i += 1
@@ -162,5 +169,20 @@ def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
         )
     else:
         entrypoint = " ".join([shlex.quote(program[0]), *script_args])
+    for stream_flag in ("redirects", "tee"):
+        if stream_flag in values:
+            parse_modes(values[stream_flag], f"--{stream_flag}")
+    if "log-dir" in values and not values["log-dir"].strip():
+        raise ValueError("--log-dir is empty; give a directory, e.g. --log-dir /tmp/logs")
     ignored = tuple(sorted(n for n in (set(values) | flags) if n in _IGNORED))
-    return TorchrunCommand(min_nodes, max_nodes, nproc, entrypoint, max_restarts, ignored)
+    return TorchrunCommand(
+        min_nodes,
+        max_nodes,
+        nproc,
+        entrypoint,
+        max_restarts,
+        ignored,
+        log_dir=values.get("log-dir"),
+        redirects=values.get("redirects"),
+        tee=values.get("tee"),
+    )

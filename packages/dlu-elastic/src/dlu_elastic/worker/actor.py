@@ -32,6 +32,7 @@ from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
+from dlu_prime.worker.rank_logs import RankOutput, redirect_this_process
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ def free_port(host: str) -> int:
 
 
 class ElasticWorkerActor(WorkerActor):
+    redirects_own_output = False  # its training processes write the rank's files
+
     # lifecycle ---------------------------------------------------------------------------------
     def setup(self, env: dict[str, str] | None = None) -> dict[str, Any]:
         if env:
@@ -103,6 +106,7 @@ class ElasticWorkerActor(WorkerActor):
         )
         assert self.role_spec.elastic is not None
         self.elastic: ElasticSettings = self.role_spec.elastic
+        self.logs = self.info.logs_settings()
         self._check_entrypoint()
         self.class_mode = is_class_entrypoint(self.info.entrypoint, self.info.workdir)
         self.launcher = TrainingLauncher()
@@ -206,6 +210,7 @@ class ElasticWorkerActor(WorkerActor):
         finally:
             client.close()
         spec = self._process_spec(state, agent_store=False)  # this process hosts its own
+        redirect_this_process(spec.output)  # the rank lives in this actor: so does its output
         os.environ.update({**spec.env, "DLU_DEVICE": spec.device})
         if spec.setup_process_group:
             import torch.distributed as dist
@@ -373,6 +378,14 @@ class ElasticWorkerActor(WorkerActor):
             setup_process_group=self.elastic.setup_process_group,
             backend=self.elastic.comm_backend.value,
             device=self._device(),
+            output=RankOutput.of(
+                self.logs,
+                job=info.job,
+                run_id=info.run_id,
+                role=info.role,
+                rank=state.rank_offset,
+                attempt=f"round {self.rounds}, restart {self.rounds - 1}",
+            ),
         )
 
     def _watch(self, round_: int, process: TrainingProcess) -> Result | None:

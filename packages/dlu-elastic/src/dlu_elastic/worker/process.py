@@ -9,7 +9,8 @@ forks too.
 
 The child process (`_zygote_child`, in this module so the zygote preloads it):
 
-- takes the requesting actor's environment, `sys.path`, stdout and stderr, then sets the spec's
+- takes the requesting actor's environment, `sys.path`, stdout and stderr (or the rank's log
+  files, `ProcessSpec.output`, on descriptors 1 and 2), then sets the spec's
   variables (torchrun's: RANK, LOCAL_RANK, WORLD_SIZE, ...), changes to the working directory
   and puts it first on `sys.path`;
 - installs a `WorkerContext` whose `Health` forwards `heartbeat()` and `report_error()` to the
@@ -54,6 +55,7 @@ from dlu_api.spec.torchrun import parse_torchrun
 from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
+from dlu_prime.worker.rank_logs import RankOutput, fds_for_child
 
 BACKENDS = ("gloo", "nccl", "auto")
 # Set by the launcher on every process it starts; also where `current_worker().device` reads.
@@ -98,6 +100,8 @@ class ProcessSpec:
     `backend`: "gloo", "nccl", or "auto" (NCCL when `device` is CUDA, gloo otherwise).
     `device`: "cpu", "cuda", "cuda:1"; exported as DLU_DEVICE (unless `env` sets it) and made
     the current CUDA device before an automatic NCCL process group.
+    `output`: the rank's log files (opened for appending at each start); None: the process
+    writes to the actor's stdout and stderr.
     """
 
     entrypoint: str
@@ -107,6 +111,7 @@ class ProcessSpec:
     backend: str = "auto"
     device: str = "cpu"
     pg_timeout_s: float = 300.0
+    output: RankOutput | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -355,7 +360,8 @@ class TrainingLauncher:
         reader, writer = multiprocessing.connection.Pipe(duplex=False)
         alive_r, alive_w = os.pipe()
         args = (payload, dict(os.environ), list(sys.path))
-        fds = [writer.fileno(), alive_r, 1, 2]
+        std_fds, opened = fds_for_child(spec.output)
+        fds = [writer.fileno(), alive_r, *std_fds]
         try:
             try:
                 pid, status = zygote.fork(self._socket or self.prepare(), _zygote_child, args, fds)
@@ -369,6 +375,8 @@ class TrainingLauncher:
         finally:
             writer.close()  # the child has its own copy: EOF here once it (and its children) exit
             os.close(alive_r)
+            for fd in opened:  # the rank's log files: the child holds them now
+                os.close(fd)
         proc = TrainingProcess(pid, status, reader, alive_w, spec)
         self._processes = [p for p in self._processes if p.poll() is None]  # forget finished ones
         self._processes.append(proc)

@@ -259,6 +259,8 @@ class JobState(BaseModel):
             roles=roles,
             events=self._events(events, events_after),
             first_failure=self.first_failure,
+            run_id=self.run_id,
+            log_dir=self.spec.logs.dir,
         )
 
     def _events(self, tail: int, after: int | None) -> list[JobEvent]:

@@ -45,5 +45,6 @@ def worker_info(spec: JobSpec, plan: ActorPlan, workdir: str | None, run_id: str
         role_sizes={r.name: plan.world_size if r.name == plan.role else r.total for r in spec.roles},
         role_json=role.model_dump_json(),
         health_json=spec.health.model_dump_json(),
+        logs_json=spec.logs.model_dump_json(),
         run_id=run_id,
     )

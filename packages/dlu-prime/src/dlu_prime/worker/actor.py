@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlu_api.spec.models import LogsSettings
 from dlu_prime.master.state import ActorStage
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 from dlu_prime.worker.entrypoint import LoadedEntrypoint, Outcome, Result, prepend_sys_path
+from dlu_prime.worker.rank_logs import RankOutput, redirect_this_process
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ class WorkerInfo:
     role_json: str = ""  # the role's spec, for actors that need more than the entrypoint
     run_id: str = ""
     health_json: str = ""  # the job's health settings, for actors that watch something themselves
+    logs_json: str = ""  # the job's logs settings (dlu_api.spec.models.LogsSettings)
+
+    def logs_settings(self) -> LogsSettings:
+        return LogsSettings.model_validate_json(self.logs_json) if self.logs_json else LogsSettings()
 
 
 def _ray_identity() -> tuple[str | None, list[str], bool]:
@@ -78,6 +84,9 @@ def _report_restarted(job: str, actor: str, node_id: str | None) -> None:
 class WorkerActor:
     """Base of every DLU actor; SubMasters subclass it and override `check_child`."""
 
+    # A simple role's rank is this process: its stdout/stderr go to the rank's log files.
+    redirects_own_output = True
+
     def __init__(self, info: WorkerInfo) -> None:
         self.info = info
         self.stage = ActorStage.INIT
@@ -90,6 +99,17 @@ class WorkerActor:
         self._stop = threading.Event()
         self._rpc_ready = threading.Event()  # set once the user's instance exists
         self.node_id, self.gpu_ids, self.reconstructed = _ray_identity()
+        if self.redirects_own_output:
+            attempt = "restarted by Ray" if self.reconstructed else "actor started"
+            output = RankOutput.of(
+                info.logs_settings(),
+                job=info.job,
+                run_id=info.run_id,
+                role=info.role,
+                rank=info.rank,
+                attempt=attempt,
+            )
+            redirect_this_process(output)
         if self.reconstructed:
             _report_restarted(info.job, info.actor_name, self.node_id)
         os.environ.update(info.env)

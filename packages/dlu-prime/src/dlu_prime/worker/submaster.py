@@ -130,6 +130,8 @@ def load_sub_master_class(path: str) -> type[SubMaster]:
 class SubMasterActor(WorkerActor):
     """Hosts a role's SubMaster; `info.entrypoint` is the SubMaster class path."""
 
+    redirects_own_output = False  # not a rank: its output stays in Ray's worker log
+
     def __init__(self, info: WorkerInfo) -> None:
         super().__init__(info)
         self.impl: SubMaster | None = None
