@@ -52,6 +52,9 @@ class ResizeRunner:
             if not plan.added and not plan.removed:
                 return plan
             m.apply(ResizeBegan(plan, cause))
+            if plan.nodes is not None:
+                m.wake()
+                return plan
             # known at once, so a failover that replaces one of them before the resize runs can
             m.scheduler.know(role, [rank for _, rank in plan.added], plan.new_size)
         m.wake()
@@ -73,6 +76,11 @@ class ResizeRunner:
         m = self._manager
         record = m.state.resize
         if record is None:
+            return
+        if record.nodes is not None:  # an elastic role's: node counts, through its SubMaster
+            m.elastic.run(record)
+            with self._done:
+                self._done.notify_all()
             return
         error: str | None = None
         requeued: dict[str, list[int]] = {}

@@ -78,6 +78,12 @@ class RoleRecord(BaseModel):
         description="Role restarts since the last job-level restart; at escalate_after it goes global.",
     )
     resize_count: int = Field(default=0, description="Resizes begun (`dlu scale`), counted when saved.")
+    target_nodes: int | None = Field(
+        default=None, description="An elastic role's node count set by `dlu scale`; unset: its MAX."
+    )
+    last_resize_at: float | None = Field(
+        default=None, description="When an elastic role's last resize ended (resize_interval_s)."
+    )
 
 
 class Tier(StrEnum):

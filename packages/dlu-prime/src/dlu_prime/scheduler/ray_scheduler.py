@@ -26,11 +26,13 @@ from dlu_prime.roles import sub_master_path, worker_actor_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
+from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
     ISOLATION_AMOUNT,
     ActorPlan,
     GroupPlan,
     PlacementPlan,
+    node_group_name,
     plan_placement,
     scaled_actor,
     unplaced_message,
@@ -100,6 +102,7 @@ class RayScheduler(Scheduler):
         self._sub_master_roles = {
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
+        self.node_groups = NodeGroups(spec, self.plan, self._placement_group)
 
     # placement -------------------------------------------------------------------------------
     def _placement_group(self, group_name: str) -> PlacementGroup:
@@ -202,10 +205,21 @@ class RayScheduler(Scheduler):
         return self._handles[name]
 
     def prepare(self) -> dict[str, str | None]:
-        self._wait_placement()
-        for plan in self.plan.actors:
+        per_node = self.node_groups.names()
+        self._wait_placement([g for g in self.plan.groups if g.name not in per_node])
+        starts, problem = self.node_groups.wait_start()
+        if problem is not None:
+            raise SchedulingError(problem)
+        skipped = {  # nodes of elastic roles Ray could not place in time: still asked for
+            name
+            for role in self.node_groups.roles
+            for name in (a.name for a in self.plan.actors_of(role.name))
+            if self._by_name[name].node_rank not in starts.get(role.name, [])
+        }
+        plans = [a for a in self.plan.actors if a.name not in skipped]
+        for plan in plans:
             self._handles[plan.name] = self._create_actor(plan)
-        names = [a.name for a in self.plan.actors]
+        names = [a.name for a in plans]
         for role in self.spec.roles:
             path = sub_master_path(role)
             if path is not None:
@@ -358,6 +372,21 @@ class RayScheduler(Scheduler):
             if group is not None:
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
+
+    def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
+        return self.node_groups.placed(role, nodes, wait_s)
+
+    def drop_actors(self, names: Sequence[str]) -> None:
+        for name in names:
+            with contextlib.suppress(ValueError):  # already gone
+                ray.kill(self.handle(name), no_restart=True)
+            self._handles.pop(name, None)
+            self._gpu_ids.pop(name, None)
+
+    def remove_node_groups(self, role: str, nodes: Sequence[int]) -> None:
+        for k in nodes:
+            self._groups.pop(node_group_name(role, k), None)
+        self.node_groups.remove(role, nodes)
 
     def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
         from dlu_prime.runtime.sharding import ShardQueue
