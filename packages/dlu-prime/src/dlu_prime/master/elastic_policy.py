@@ -135,6 +135,19 @@ def judge_loss(
     return LossVerdict(hold=frozenset(hold - overdue_names), lost=tuple(lost))
 
 
+# A rank's collective fails the moment a peer's node dies, before the PrimeMaster can see the
+# node gone (its next poll, up to the poll timeout later): such an in-place restart was judged
+# a fault of its own. Restarts this close before the loss was seen are the loss's effect.
+POLL_LAG_S = 10.0
+
+
+def caused_by_loss(state: JobState, role: str, seen_gone_at: float) -> int:
+    """How many of the role's counted in-place restarts came after its node was lost (judged
+    from `seen_gone_at` less the monitor's lag): they are the resize's, not faults."""
+    since = seen_gone_at - state.spec.health.monitor_interval_s - POLL_LAG_S
+    return sum(1 for e in state.events if e.kind == "inplace_restart" and e.role == role and e.time >= since)
+
+
 def grow_nodes(
     state: JobState, role: str, placed: Sequence[int], now: float, last_resize_at: float | None
 ) -> ResizePlan | None:

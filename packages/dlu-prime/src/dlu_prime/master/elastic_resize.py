@@ -23,6 +23,7 @@ from dlu_prime.master.changes import ActorsPlaced, Note
 from dlu_prime.master.elastic_policy import (
     GROWN,
     NODE_LOST,
+    caused_by_loss,
     elastic_roles,
     grow_nodes,
     judge_loss,
@@ -101,7 +102,9 @@ class ElasticResizer:
             if verdict.shrink is not None:
                 lost = ", ".join(f"node {k}" for k in verdict.lost)
                 why = "Ray marked it dead" if dead else f"unplaceable for {spec.elastic.replace_timeout_s:g}s"  # pyright: ignore[reportOptionalMemberAccess]
-                m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}"))
+                first_seen = min(mine[n] for n in verdict.shrink.removed if n in mine)
+                forgiven = caused_by_loss(state, spec.name, first_seen)
+                m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}", forgiven))
                 m.wake()
         if not held:
             return result

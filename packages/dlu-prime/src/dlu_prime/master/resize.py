@@ -47,6 +47,7 @@ class ResizeBegan:
 
     plan: ResizePlan
     cause: str = "dlu scale"
+    forgiven: int = 0  # in-place restarts of the role that were this node loss's effect: uncounted
 
 
 @dataclass(frozen=True)
@@ -166,11 +167,14 @@ def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[Event
     )
     role = state.roles[plan.role]
     role.resize_count += 1
+    forgiven = min(change.forgiven, role.inplace_restart_count)
+    role.inplace_restart_count -= forgiven
     if plan.nodes is not None and change.cause == "dlu scale":
         role.target_nodes = plan.nodes  # the role aims at this node count from now on
     for name, rank in plan.added:
         state.actors.setdefault(name, ActorRecord(name=name, role=plan.role, rank=rank))
-    return [("resize_started", f"{_what(state, state.resize)} ({change.cause})", None)]
+    uncounted = f"; {forgiven} in-place restart(s) it caused not counted" if forgiven else ""
+    return [("resize_started", f"{_what(state, state.resize)} ({change.cause}{uncounted})", None)]
 
 
 def _what(state: JobState, record: ResizeRecord) -> str:

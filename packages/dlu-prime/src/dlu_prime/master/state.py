@@ -241,8 +241,20 @@ class JobState(BaseModel):
                 )
                 for a in members
             ]
+            nodes: dict[str, int | None] = {}
+            elastic = spec_role.elastic
+            if elastic is not None:
+                have = len({a.rank // spec_role.per_group for a in workers})
+                target = record.target_nodes if record is not None and record.target_nodes else None
+                nodes = {
+                    "nodes": have,
+                    "min_nodes": elastic.min_nodes,
+                    "max_nodes": elastic.max_nodes,
+                    "pending_nodes": max(0, (target or elastic.max_nodes) - have),
+                }
             roles.append(
                 RoleStatus(
+                    **nodes,
                     name=spec_role.name,
                     kind=spec_role.kind.value,
                     restart_count=record.restart_count if record else 0,
