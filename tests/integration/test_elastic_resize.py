@@ -71,7 +71,12 @@ def wait(what, check, timeout=120.0):
     raise SystemExit(f"timed out waiting for {what}")
 
 def steps_at(name, world, after=0, count=3):
-    return lambda: len([s for s in steps(name) if s[1] == world and s[0] > after]) >= count
+    def check():
+        current = launcher.job_status(name)
+        if current is not None and current.stage.value == "STOPPED":
+            raise SystemExit(f"job {name} stopped: {current.reason}")
+        return len([s for s in steps(name) if s[1] == world and s[0] > after]) >= count
+    return check
 
 def last_step(name):
     found = steps(name)
@@ -89,9 +94,10 @@ ray.get(blocker.ready(), timeout=60)
 below = launcher.run_job(spec("below", start_timeout_s=2), workdir)
 results["below"] = {"exit_code": below.exit_code, "reason": below.reason}
 remove_placement_group(blocker)
+wait("the slot given back", lambda: ray.available_resources().get("slot", 0) >= 1)
 
 # 1 of 2 nodes: starts at world 1, grows to 2 when the second node is added
-job = spec("grow", start_timeout_s=2, resize_interval_s=1, replace_timeout_s=3,
+job = spec("grow", start_timeout_s=8, resize_interval_s=1, replace_timeout_s=3,
            node_check={"matmul_size": 64, "allreduce_mb": 0.1, "timeout_s": 30})
 launcher.submit_job(job, workdir)
 wait("training at world 1", steps_at("grow", 1))

@@ -89,15 +89,19 @@ class NodeGroups:
 
     def placed(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
         """Which of these nodes of `role` have their group placed (asking Ray for any not yet
-        asked for), waiting up to `wait_s` for all of them."""
-        import ray
+        asked for), waiting up to `wait_s` for all of them. Read from Ray's placement group
+        table: a group a lost node held is pending again there, as Ray reschedules it."""
+        from ray.util import placement_group_table
 
-        refs = {k: self._group(node_group_name(role, k)).ready() for k in nodes}
-        if not refs:
-            return []
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=max(0.0, wait_s))
-        done = set(ready)
-        return sorted(k for k, ref in refs.items() if ref in done)
+        groups = {k: self._group(node_group_name(role, k)) for k in nodes}
+        deadline = time.monotonic() + wait_s
+        while True:
+            done = sorted(
+                k for k, pg in groups.items() if placement_group_table(pg).get("state") == "CREATED"
+            )
+            if len(done) == len(groups) or time.monotonic() >= deadline:
+                return done
+            time.sleep(POLL_S)
 
     def wait_start(
         self, on_wait: Callable[[], bool] | None = None
@@ -130,6 +134,15 @@ class NodeGroups:
             if pending:
                 time.sleep(POLL_S)
         return out, None
+
+    def not_started(self, starts: Mapping[str, Sequence[int]]) -> set[str]:
+        """Actors of the nodes a role does not start with (`wait_start`'s answer)."""
+        return {
+            a.name
+            for role in self.roles
+            for a in self._plan.actors_of(role.name)
+            if a.node_rank not in starts.get(role.name, ())
+        }
 
     def remove(self, role: str, nodes: Sequence[int]) -> None:
         """Give these nodes' groups back (the role was scaled down by hand)."""

@@ -37,6 +37,7 @@ from dlu_prime.scheduler.placement import (
     scaled_actor,
     unplaced_message,
 )
+from dlu_prime.scheduler.ray_queries import dead_nodes, requeue_shards
 from dlu_prime.scheduler.worker_info import worker_info
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.submaster import SubMasterActor
@@ -210,12 +211,7 @@ class RayScheduler(Scheduler):
         starts, problem = self.node_groups.wait_start()
         if problem is not None:
             raise SchedulingError(problem)
-        skipped = {  # nodes of elastic roles Ray could not place in time: still asked for
-            name
-            for role in self.node_groups.roles
-            for name in (a.name for a in self.plan.actors_of(role.name))
-            if self._by_name[name].node_rank not in starts.get(role.name, [])
-        }
+        skipped = self.node_groups.not_started(starts)  # nodes not placed in time: still asked for
         plans = [a for a in self.plan.actors if a.name not in skipped]
         for plan in plans:
             self._handles[plan.name] = self._create_actor(plan)
@@ -389,24 +385,10 @@ class RayScheduler(Scheduler):
         self.node_groups.remove(role, nodes)
 
     def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
-        from dlu_prime.runtime.sharding import ShardQueue
-
-        out: dict[str, list[int]] = {}
-        for name in queues:
-            queue = ShardQueue.open(self.spec.name, name)
-            ids = [shard for worker in workers for shard in queue.requeue(worker)]
-            if ids:
-                out[name] = ids
-        return out
+        return requeue_shards(self.spec.name, queues, workers)
 
     def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
-        wanted = set(node_ids)
-        try:
-            nodes = ray.nodes()
-        except RayError as exc:
-            logger.warning("could not list Ray's nodes: %s", exc)
-            return set()
-        return {str(n["NodeID"]) for n in nodes if str(n.get("NodeID")) in wanted and not n.get("Alive")}
+        return dead_nodes(node_ids)
 
     def stop(self, names: Sequence[str]) -> None:
         refs: list[Any] = []
