@@ -5,7 +5,9 @@ an allreduce (tests/integration/elastic_resize_workload.py).
 - shrink: a node removed from the cluster -> the surviving ranks training again at the smaller
   world (their step log shows it), with the number of actor restarts on the surviving node;
   also the resize alone (the node found lost -> training again: the `resize_done` duration);
-- grow: a node added and registered by Ray -> training at the larger world, and the resize alone.
+- grow: a node added (`add_node` returns once Ray lists it) -> training at the larger world, and
+  the resize alone (its placement group placed -> training). Ray may place the role's pending
+  group before `add_node` returns, so the first figure can be below the second.
 
 Each is measured RUNS times (median printed as the FIGURE). Ray marks a removed node dead after
 its health checks fail (here 0.5 s x 4), which the shrink-from-removal figure includes.
@@ -89,8 +91,7 @@ def pids():
 first_at(nproc, 0)
 results = {"grow": [], "grow_resize": [], "shrink": [], "shrink_resize": [], "survivor_restarts": []}
 for run in range(runs):
-    node = cluster.add_node(**node_args)
-    cluster.wait_for_nodes()
+    node = cluster.add_node(**node_args)  # returns once Ray lists the node
     registered = time.time()
     results["grow"].append(first_at(2 * nproc, registered) - registered)
     results["grow_resize"].append(resize_durations()[-1][1])
