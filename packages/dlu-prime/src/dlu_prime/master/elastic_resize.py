@@ -102,7 +102,7 @@ class ElasticResizer:
             if verdict.shrink is not None:
                 lost = ", ".join(f"node {k}" for k in verdict.lost)
                 why = "Ray marked it dead" if dead else f"unplaceable for {spec.elastic.replace_timeout_s:g}s"  # pyright: ignore[reportOptionalMemberAccess]
-                first_seen = min(mine[n] for n in verdict.shrink.removed if n in mine)
+                first_seen = min((mine[n] for n in verdict.shrink.removed if n in mine), default=now)
                 forgiven = caused_by_loss(state, spec.name, first_seen)
                 m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}", forgiven))
                 m.wake()
