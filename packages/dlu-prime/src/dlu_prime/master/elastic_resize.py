@@ -101,7 +101,9 @@ class ElasticResizer:
             held |= verdict.hold
             if verdict.shrink is not None:
                 lost = ", ".join(f"node {k}" for k in verdict.lost)
-                why = "Ray marked it dead" if dead else f"unplaceable for {spec.elastic.replace_timeout_s:g}s"  # pyright: ignore[reportOptionalMemberAccess]
+                marked = any(state.actors[n].node_id in dead for n in verdict.shrink.removed)
+                timeout = spec.elastic.replace_timeout_s if spec.elastic is not None else 0.0
+                why = "Ray marked it dead" if marked else f"unplaceable for {timeout:g}s"
                 first_seen = min((mine[n] for n in verdict.shrink.removed if n in mine), default=now)
                 forgiven = caused_by_loss(state, spec.name, first_seen)
                 m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}", forgiven))
@@ -132,11 +134,8 @@ class ElasticResizer:
             with m.lock:
                 plan = grow_nodes(m.state, spec.name, placed, now, last)
                 if plan is not None:
-                    m.apply(
-                        ResizeBegan(
-                            plan, f"{GROWN}: node(s) {', '.join(map(str, sorted(set(placed))))} placed"
-                        )
-                    )
+                    joining = sorted({rank // spec.per_group for _, rank in plan.added})
+                    m.apply(ResizeBegan(plan, f"{GROWN}: node(s) {', '.join(map(str, joining))} placed"))
             if plan is not None:
                 return
 
