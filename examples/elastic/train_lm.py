@@ -4,7 +4,10 @@ An unmodified torchrun-style script: it reads RANK / WORLD_SIZE / MASTER_ADDR / 
 from the environment, so `torchrun --nproc-per-node=2 train_lm.py` runs it as well as DLU
 does. It checkpoints every few steps and resumes from the last checkpoint after a restart,
 and it is deterministic: two runs give the same final loss, faults and resumes included
-(gradients and the loss are summed across ranks in rank order, see `ordered_mean`).
+(gradients and the loss are summed across ranks in rank order, see `ordered_mean`). Each step
+trains on a fixed global batch (`--global-batch`), shared by the ranks through DLU's
+`batch_share`, so the effective batch is the same at any world size: after an elastic role
+shrinks or grows, a step computes what it would have at the old size.
 
 Fault injection for tests and benchmarks: `--crash-at-step N` makes rank `--crash-rank` exit
 with an error once at step N (a marker file in the checkpoint directory keeps it to once);
@@ -26,11 +29,29 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # heartbeats with the training step reach DLU when it runs this script
-    from dlu_prime.runtime import heartbeat
-except ImportError:  # plain torchrun
+    from dlu_prime.runtime import batch_share, heartbeat
+except ImportError:  # plain torchrun without DLU installed
 
     def heartbeat(step: int | None = None, metric: float | None = None) -> None:
         del step, metric
+
+    def batch_share(global_batch: int, micro_batch: int | None = None) -> _EvenShare:  # type: ignore[misc]
+        return _EvenShare(global_batch, micro_batch)
+
+
+class _EvenShare:
+    """This rank's samples of the global batch when DLU's `batch_share` is not installed."""
+
+    def __init__(self, global_batch: int, micro_batch: int | None) -> None:
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+        if global_batch % world:
+            raise SystemExit(f"--global-batch {global_batch} must be a multiple of the world ({world})")
+        size = global_batch // world
+        self.start, self.stop, self.step = rank * size, (rank + 1) * size, micro_batch or size
+        self.loss_scale = world / global_batch
+
+    def micro_batches(self) -> list[slice]:
+        return [slice(b, min(b + self.step, self.stop)) for b in range(self.start, self.stop, self.step)]
 
 
 WORDS = [
@@ -86,11 +107,12 @@ class CharLM(nn.Module):
 
 
 def batches(
-    data: torch.Tensor, step: int, rank: int, batch: int, context: int
+    data: torch.Tensor, step: int, rows: slice, global_batch: int, context: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch of `rank` at `step`: a pure function of both, so a resumed run sees the same data."""
-    gen = torch.Generator().manual_seed(10_000 * step + rank)
-    starts = torch.randint(len(data) - context - 1, (batch,), generator=gen)
+    """Rows `rows` of the global batch of `step`: the global batch is a pure function of the step
+    alone, so a resumed run, or one at another world size, sees the same data."""
+    gen = torch.Generator().manual_seed(10_000 * step)
+    starts = torch.randint(len(data) - context - 1, (global_batch,), generator=gen)[rows]
     x = torch.stack([data[s : s + context] for s in starts])
     y = torch.stack([data[s + 1 : s + context + 1] for s in starts])
     return x, y
@@ -168,6 +190,15 @@ def main() -> None:
         help="where checkpoints go (default: $LM_CHECKPOINT_DIR, else one folder per DLU run "
         "under /tmp/dlu-lm-checkpoints, so a new run trains afresh and a restart resumes)",
     )
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        default=32,
+        help="samples per step, shared by the ranks whatever their number",
+    )
+    parser.add_argument(
+        "--micro-batch", type=int, default=None, help="samples per forward pass (gradient accumulation)"
+    )
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--crash-rank", type=int, default=0)
@@ -224,15 +255,28 @@ def main() -> None:
             if not marker.exists():
                 marker.touch()
                 raise RuntimeError(f"injected crash at step {step} on rank {rank}")
-        x, y = batches(data, step, rank, batch=8, context=64)
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, len(vocab)), y.reshape(-1))
+        # This rank's share of a fixed global batch (the world may differ after a resize): the
+        # sum of its samples' losses, scaled so DDP's average is the global batch's mean.
+        share = batch_share(args.global_batch, args.micro_batch)
         opt.zero_grad()
-        loss.backward()
+        local_sum = torch.zeros(1)
+        parts = list(share.micro_batches())
+        for index, rows in enumerate(parts):
+            x, y = batches(data, step, rows, args.global_batch, context=64)
+            per_token = nn.functional.cross_entropy(
+                model(x).reshape(-1, len(vocab)), y.reshape(-1), reduction="none"
+            )
+            sample_sum = per_token.reshape(len(x), -1).mean(dim=1).sum()
+            if index < len(parts) - 1:
+                with model.no_sync():  # gradients accumulate locally; the last part syncs
+                    (sample_sum * share.loss_scale).backward()
+            else:
+                (sample_sum * share.loss_scale).backward()
+            local_sum += sample_sum.detach()
         opt.step()
         losses = [torch.empty(1) for _ in range(world)]
-        dist.all_gather(losses, loss.detach().reshape(1))
-        loss_value = ordered_sum(losses).item() / world
+        dist.all_gather(losses, local_sum)
+        loss_value = ordered_sum(losses).item() / args.global_batch
         heartbeat(step + 1, loss_value)
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)

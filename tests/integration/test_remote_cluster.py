@@ -37,8 +37,11 @@ CPU_JOB: dict[str, Any] = {"device_type": "CPU", "device_per_node": 0}
 ISOLATION = {"cpu": 0.1, "isolation_resource": "dlu_head", "worker_isolation_resource": "dlu_worker"}
 
 
-def dlu(driver: Venv, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+def dlu(
+    driver: Venv, *args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env = {**base, **(env or {})}
     env["PATH"] = f"{driver.bin}{os.pathsep}/usr/bin{os.pathsep}/bin"  # no workspace, no uv
     return subprocess.run(
         [str(driver.bin / "dlu"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout

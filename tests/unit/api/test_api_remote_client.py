@@ -1,4 +1,5 @@
-"""RemoteJobClient against an in-memory emulation of the Ray Jobs REST API (httpx.MockTransport)."""
+"""RemoteJobClient against an in-memory emulation of the Ray Jobs REST API (httpx.MockTransport),
+whose launchers answer mailbox requests in their logs."""
 
 from __future__ import annotations
 
@@ -13,22 +14,21 @@ import httpx
 import pytest
 
 from dlu_api.client import wire
-from dlu_api.client.remote import LAUNCH_COMMAND, PROBE_PREFIX, RemoteJobClient, dlu_api_version
+from dlu_api.client.remote import LAUNCH_COMMAND, RemoteJobClient, dlu_api_version
 from dlu_api.errors import (
     ClusterError,
     ClusterSetupError,
     DLUError,
     JobNameTakenError,
     JobNotFoundError,
-    NotSupportedError,
     SpecError,
     VersionMismatchError,
 )
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import ActorStatus, JobStage, JobStatus, RoleStatus
+from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
 
 ADDRESS = "http://head.example:8265"
-ACCEPTED = wire.line(wire.ACCEPTED, {"name": "demo", "dlu_prime": "0.1.0"}) + "\n"
+ACCEPTED = wire.line(wire.ACCEPTED, {"name": "demo", "dlu_prime": "0.1.0", wire.MAILBOX: True}) + "\n"
 
 SPEC_DATA: dict[str, Any] = {
     "name": "demo",
@@ -50,6 +50,7 @@ class FakeJob:
     metadata: dict[str, str] = field(default_factory=dict[str, str])
     start_time: int = 0
     entrypoint: str = ""
+    driver_exit_code: int | None = None
     stop_requested: bool = False
     status_reads: int = 0
     log_reads: int = 0
@@ -73,9 +74,9 @@ class FakeRayJobServer:
         self.requests: list[httpx.Request] = []
         self.submitted: list[dict[str, Any]] = []
         self.next_job: FakeJob = FakeJob(statuses=["PENDING", "RUNNING", "SUCCEEDED"])
-        # probe jobs (`python -m dlu_prime status|stop ...`): command -> (final Ray status, log)
-        self.probe_results: dict[str, tuple[str, str]] = {}
-        self.probes: list[dict[str, Any]] = []
+        # mailbox requests (package uploads): action -> the launcher's answer (None: no answer)
+        self.answers: dict[str, dict[str, Any] | None] = {}
+        self.mail: list[dict[str, Any]] = []
         self.deleted: list[str] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -89,11 +90,6 @@ class FakeRayJobServer:
                     400, text=f"Job with submission_id {sid} already exists. Please use another."
                 )
             metadata = body.get("metadata") or {}
-            if metadata.get("dlu_probe"):
-                self.probes.append(body)
-                ray_status, log = self.probe_results.get(metadata["dlu_probe"], ("FAILED", "no such probe"))
-                self.jobs[sid] = FakeJob(statuses=["RUNNING", ray_status], logs=[log], metadata=metadata)
-                return httpx.Response(200, json={"submission_id": sid})
             self.submitted.append(body)
             job = self.next_job
             job.metadata = metadata
@@ -110,10 +106,13 @@ class FakeRayJobServer:
                         "status": job.statuses[-1],
                         "metadata": job.metadata or None,
                         "start_time": job.start_time,
+                        "driver_exit_code": job.driver_exit_code,
                     }
                     for sid, job in self.jobs.items()
                 ],
             )
+        if request.method == "PUT" and path.startswith("/api/packages/gcs/_dlu_mail."):
+            return self._mail(path.rsplit("/", 1)[1], json.loads(request.content))
         parts = path.strip("/").split("/")  # api, jobs, <sid>[, stop|logs]
         if len(parts) < 3 or parts[:2] != ["api", "jobs"]:
             return httpx.Response(404, text="Not Found")
@@ -122,7 +121,13 @@ class FakeRayJobServer:
             return httpx.Response(404, text=f"Job {parts[2]} does not exist")
         if len(parts) == 3 and request.method == "GET":
             return httpx.Response(
-                200, json={"status": job.next_status(), "message": job.message, "entrypoint": job.entrypoint}
+                200,
+                json={
+                    "status": job.next_status(),
+                    "message": job.message,
+                    "entrypoint": job.entrypoint,
+                    "driver_exit_code": job.driver_exit_code,
+                },
             )
         if len(parts) == 3 and request.method == "DELETE":
             self.deleted.append(parts[2])
@@ -134,6 +139,17 @@ class FakeRayJobServer:
         if parts[3:] == ["logs"] and request.method == "GET":
             return httpx.Response(200, json={"logs": job.next_logs()})
         return httpx.Response(405, text="Method Not Allowed")
+
+    def _mail(self, package: str, body: dict[str, Any]) -> httpx.Response:
+        """The launcher of job `<name>` reads the request and answers in its log."""
+        _, job_name, request_id, _ = package.split(".")
+        self.mail.append({"job": job_name, **body})
+        answer = self.answers.get(str(body["action"]))
+        if answer is not None:
+            line = wire.line(wire.ANSWER, {"id": request_id, **answer}) + "\n"
+            job = self.jobs[f"dlu-{job_name}"]
+            job.logs = [text + line for text in job.logs]
+        return httpx.Response(200)
 
 
 @pytest.fixture
@@ -220,6 +236,15 @@ def test_name_of_a_finished_job_is_reused(server: FakeRayJobServer, client: Remo
     assert len(server.submitted) == 1
     assert server.submitted[0]["submission_id"] != "dlu-demo"  # a new record; the old one is history
     assert [j.name for j in client.list_jobs()] == ["demo"]
+
+
+def test_name_of_a_job_whose_launcher_reported_its_end_is_free(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    """The launcher writes the final status, then exits: Ray still says RUNNING meanwhile."""
+    final = JobStatus(name="demo", stage=JobStage.STOPPED, exit_code=0)
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(final)]))
+    assert client.submit(demo_spec()) == "demo"
 
 
 def test_name_taken_by_a_pending_job(server: FakeRayJobServer, client: RemoteJobClient) -> None:
@@ -396,50 +421,37 @@ RUNNING_STATUS = JobStatus(
 )
 
 
-def test_status_of_a_running_job_comes_from_a_probe(
+def test_status_of_a_running_job_is_what_its_launcher_published(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
-    add_job(
-        server,
-        FakeJob(statuses=["RUNNING"], logs=[launcher_log(JobStatus(name="demo", stage=JobStage.INIT))]),
+    events = [
+        wire.event_line(JobEvent(time=float(i), kind="step", message=f"e{i}", seq=i + 1)) for i in range(120)
+    ]
+    log = launcher_log(
+        JobStatus(name="demo", stage=JobStage.INIT), RUNNING_STATUS, extra="\n".join(events) + "\n"
     )
-    server.probe_results["status"] = (
-        "SUCCEEDED",
-        f"Running entrypoint ...\n{wire.status_line(RUNNING_STATUS)}\n",
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[log]))
+    status = client.status("demo")
+    assert status.model_copy(update={"events": []}) == RUNNING_STATUS
+    assert [e.message for e in status.events] == [f"e{i}" for i in range(120)]  # the whole timeline
+    assert client.events("demo") == status.events
+    assert server.submitted == [] and server.mail == []  # no Ray job, no request
+
+
+def test_status_of_an_older_launcher_keeps_the_events_of_its_status_line(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    with_events = RUNNING_STATUS.model_copy(
+        update={"events": [JobEvent(time=1.0, kind="job_created", message="x")]}
     )
-    assert client.status("demo") == RUNNING_STATUS
-    (probe,) = server.probes
-    argv = shlex.split(probe["entrypoint"])
-    assert argv[:8] == ["python", "-m", "dlu_prime", "status", "--api-version", "0.1.0", "demo", "--json"]
-    store = json.loads(argv[argv.index("--store-json") + 1])  # the fallback when no PrimeMaster runs
-    assert store == {"name": "embedded", "options": {}}
-    assert probe["submission_id"].startswith(PROBE_PREFIX + "demo-status-")
-    assert server.deleted == [probe["submission_id"]]  # probes leave nothing behind
-
-
-def test_status_falls_back_to_the_launcher_log_when_the_probe_finds_nothing(
-    server: FakeRayJobServer, client: RemoteJobClient
-) -> None:
-    init = JobStatus(name="demo", stage=JobStage.INIT)
-    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(init)]))
-    server.probe_results["status"] = ("FAILED", "no running job demo\n")
-    assert client.status("demo") == init
-
-
-def test_status_probe_on_a_cluster_without_dlu_prime(
-    server: FakeRayJobServer, client: RemoteJobClient
-) -> None:
-    add_job(server, FakeJob(statuses=["RUNNING"]))
-    server.probe_results["status"] = ("FAILED", "/usr/bin/python: No module named dlu_prime\n")
-    with pytest.raises(ClusterSetupError, match="dlu-prime is not installed"):
-        client.status("demo")
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[launcher_log(with_events)]))
+    assert client.status("demo") == with_events
 
 
 def test_status_before_the_launcher_accepted(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
     status = client.status("demo")
     assert (status.stage, status.exit_code) == (JobStage.PENDING, None)
-    assert server.probes == []
 
 
 def test_status_of_a_finished_job_is_its_final_status(
@@ -448,7 +460,33 @@ def test_status_of_a_finished_job_is_its_final_status(
     final = RUNNING_STATUS.model_copy(update={"stage": JobStage.STOPPED, "exit_code": 0, "reason": "done"})
     add_job(server, FakeJob(statuses=["SUCCEEDED"], logs=[launcher_log(RUNNING_STATUS, final)]))
     assert client.status("demo") == final
-    assert server.probes == []
+
+
+@pytest.mark.parametrize(
+    ("ray_status", "driver_exit_code", "final_code", "expected"),
+    [
+        ("FAILED", 130, 130, 130),  # stopped by `dlu stop`: the launcher exits with the job's 130
+        ("SUCCEEDED", 0, 0, 0),
+        ("FAILED", 3, 3, 3),
+        ("FAILED", 1, None, 1),  # the launcher died before its final status
+        ("STOPPED", None, None, 1),  # `ray job stop`
+    ],
+)
+def test_list_and_status_agree_on_exit_codes(
+    server: FakeRayJobServer,
+    client: RemoteJobClient,
+    ray_status: str,
+    driver_exit_code: int | None,
+    final_code: int | None,
+    expected: int,
+) -> None:
+    finals = (
+        [] if final_code is None else [JobStatus(name="demo", stage=JobStage.STOPPED, exit_code=final_code)]
+    )
+    add_job(server, FakeJob(statuses=[ray_status], logs=[launcher_log(RUNNING_STATUS, *finals)],
+                            driver_exit_code=driver_exit_code))  # fmt: skip
+    (listed,) = client.list_jobs()
+    assert listed.exit_code == client.status("demo").exit_code == expected
 
 
 def test_status_of_a_job_that_failed_to_launch(server: FakeRayJobServer, client: RemoteJobClient) -> None:
@@ -494,7 +532,6 @@ def test_wait_reports_stage_changes_from_the_log_without_probes(
     assert client.wait("demo", seen.append) == final
     assert [s.stage for s in seen] == [JobStage.PENDING, JobStage.INIT, JobStage.RUNNING, JobStage.STOPPED]
     assert seen[-1].exit_code == 3
-    assert server.probes == []
 
 
 def test_run_submits_then_waits(server: FakeRayJobServer, client: RemoteJobClient) -> None:
@@ -509,13 +546,7 @@ def test_wait_on_unknown_job(client: RemoteJobClient) -> None:
         client.wait("ghost")
 
 
-def test_events_are_not_supported_yet_with_a_pointer_to_logs(
-    server: FakeRayJobServer, client: RemoteJobClient
-) -> None:
-    server.next_job = FakeJob(statuses=["RUNNING"])
-    client.submit(demo_spec())
-    with pytest.raises(NotSupportedError, match="dlu logs demo"):
-        client.events("demo")
+def test_events_of_unknown_job(client: RemoteJobClient) -> None:
     with pytest.raises(JobNotFoundError, match="'ghost'"):
         client.events("ghost")
 
@@ -523,15 +554,15 @@ def test_events_are_not_supported_yet_with_a_pointer_to_logs(
 # --- stop ---------------------------------------------------------------------------------
 
 
-def test_stop_asks_the_prime_master_through_a_probe(
+def test_stop_asks_the_launcher_through_the_mailbox(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     job = add_job(server, FakeJob(statuses=["RUNNING"]))
-    server.probe_results["stop"] = ("SUCCEEDED", "stop requested for demo\n")
+    server.answers["stop"] = {"result": {"stopped": True}}
     client.stop("demo")
-    (probe,) = server.probes
-    assert shlex.split(probe["entrypoint"])[3:7] == ["stop", "--api-version", "0.1.0", "demo"]
+    assert server.mail == [{"job": "demo", "action": "stop"}]
     assert not job.stop_requested  # the launcher ends by itself once the job has stopped
+    assert server.submitted == []
 
 
 def test_stop_before_the_launcher_accepted_stops_the_ray_job(
@@ -540,23 +571,47 @@ def test_stop_before_the_launcher_accepted_stops_the_ray_job(
     job = add_job(server, FakeJob(statuses=["PENDING"], logs=[""]))
     client.stop("demo")
     assert job.stop_requested
-    assert server.probes == []
+    assert server.mail == []
 
 
-def test_stop_when_the_probe_finds_no_master_stops_the_ray_job(
+def test_stop_when_the_launcher_finds_no_master_stops_the_ray_job(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     job = add_job(server, FakeJob(statuses=["RUNNING"]))
-    server.probe_results["stop"] = ("FAILED", "no running PrimeMaster for demo\n")
+    server.answers["stop"] = {"result": {"stopped": False}}
     client.stop("demo")
     assert job.stop_requested
+
+
+def test_a_request_nobody_answers_times_out_with_a_pointer_to_the_log(server: FakeRayJobServer) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING"]))
+    client = RemoteJobClient(
+        ADDRESS, poll_interval_s=0, transport=httpx.MockTransport(server), request_timeout_s=0.3
+    )
+    with pytest.raises(ClusterError, match=r"did not answer 'get_step' within 0 s.*dlu logs"):
+        client.debug("demo", "get_step", "worker")
+
+
+def test_a_request_to_a_job_that_ends_meanwhile_is_not_found(
+    server: FakeRayJobServer, client: RemoteJobClient
+) -> None:
+    add_job(server, FakeJob(statuses=["RUNNING", "RUNNING", "SUCCEEDED"]))
+    with pytest.raises(JobNotFoundError, match="stopped before it answered"):
+        client.debug("demo", "get_step", "worker")
+
+
+def test_a_launcher_without_a_mailbox_is_named(server: FakeRayJobServer, client: RemoteJobClient) -> None:
+    old = wire.line(wire.ACCEPTED, {"name": "demo", "dlu_prime": "0.1.0"}) + "\n"
+    add_job(server, FakeJob(statuses=["RUNNING"], logs=[old]))
+    with pytest.raises(ClusterSetupError, match="upgrade dlu-prime on the cluster"):
+        client.debug("demo", "get_step", "worker")
 
 
 def test_stop_of_a_finished_job_does_nothing(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     job = add_job(server, FakeJob(statuses=["SUCCEEDED"]))
     client.stop("demo")
     assert not job.stop_requested
-    assert server.probes == []
+    assert server.mail == []
 
 
 def test_stop_unknown_job(client: RemoteJobClient) -> None:
@@ -641,6 +696,7 @@ def test_list_jobs_keeps_dlu_jobs_newest_first(server: FakeRayJobServer) -> None
         "other": FakeJob(["RUNNING"], metadata={"owner": "someone"}, start_time=6_000),
         "dlu-new": FakeJob(["RUNNING"], metadata={"dlu_job": "new"}, start_time=3_000),
         "dlu-mid": FakeJob(["FAILED"], metadata={"dlu_job": "mid"}, start_time=2_000),
+        # a probe job of an older driver is no DLU job
         "dlu-probe-new-status-1234": FakeJob(["RUNNING"], metadata={"dlu_job": "new", "dlu_probe": "status"}),
     }
     jobs = make_client(server).list_jobs()
@@ -665,25 +721,21 @@ def test_list_jobs_without_job_server() -> None:
 
 
 # --- debug --------------------------------------------------------------------------------------
-def test_debug_runs_through_a_probe_and_returns_its_answer(
+def test_debug_goes_through_the_mailbox_and_returns_the_answer(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"]))
-    answer = wire.line(wire.DEBUG, {"result": {"demo.worker.0": 41}})
-    server.probe_results["debug"] = ("SUCCEEDED", f"Running entrypoint ...\n{answer}\n")
+    server.answers["get_step"] = {"result": {"demo.worker.0": 41}}
     assert client.debug("demo", "get_step", "worker", rank=0) == {"demo.worker.0": 41}
-    (probe,) = server.probes
-    argv = shlex.split(probe["entrypoint"])
-    assert argv[3:] == ["debug", "--api-version", "0.1.0", "demo", "get_step", "worker", "--rank", "0"]
-    assert server.deleted == [probe["submission_id"]]
+    assert server.mail == [{"job": "demo", "action": "get_step", "role": "worker", "rank": 0, "step": None}]
+    assert server.submitted == []
 
 
 def test_debug_errors_from_the_prime_master_are_plain(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"]))
-    answer = wire.line(wire.DEBUG, {"error": "job demo has no role 'nope'; roles: worker"})
-    server.probe_results["debug"] = ("FAILED", f"{answer}\n")
+    server.answers["get_step"] = {"error": "job demo has no role 'nope'; roles: worker"}
     with pytest.raises(DLUError, match="has no role 'nope'"):
         client.debug("demo", "get_step", "nope")
 
@@ -692,32 +744,38 @@ def test_debug_of_a_stopped_job_is_not_found(server: FakeRayJobServer, client: R
     add_job(server, FakeJob(statuses=["SUCCEEDED"]))
     with pytest.raises(JobNotFoundError, match="has stopped"):
         client.debug("demo", "get_step", "worker")
-    assert server.probes == []
+    assert server.mail == []
 
 
-def test_scale_runs_a_probe_next_to_the_prime_master(
-    server: FakeRayJobServer, client: RemoteJobClient
-) -> None:
+def test_scale_goes_through_the_mailbox(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"]))
     answer = {"role": "workers", "old_size": 2, "new_size": 6, "done": True, "failed": False, "message": "ok"}
-    server.probe_results["scale"] = ("SUCCEEDED", f"{wire.DEBUG} {json.dumps({'result': answer})}\n")
+    server.answers["scale"] = {"result": answer}
     assert client.scale("demo", "workers", 6) == answer
-    (probe,) = server.probes
-    argv = shlex.split(probe["entrypoint"])
-    assert argv[:4] == ["python", "-m", "dlu_prime", "scale"] and argv[-3:] == ["demo", "workers", "6"]
+    assert server.mail == [{"job": "demo", "action": "scale", "role": "workers", "size": 6}]
 
 
 def test_scale_refused_on_the_cluster_keeps_the_message(
     server: FakeRayJobServer, client: RemoteJobClient
 ) -> None:
     add_job(server, FakeJob(statuses=["RUNNING"]))
-    refusal = {"error": "size 9 for role 'workers' is above its max_total=4: give at most 4"}
-    server.probe_results["scale"] = ("FAILED", f"{wire.DEBUG} {json.dumps(refusal)}\n")
+    server.answers["scale"] = {"error": "size 9 for role 'workers' is above its max_total=4: give at most 4"}
     with pytest.raises(DLUError, match="above its max_total=4: give at most 4"):
         client.scale("demo", "workers", 9)
 
 
 def test_scale_of_a_stopped_job_is_refused(server: FakeRayJobServer, client: RemoteJobClient) -> None:
     add_job(server, FakeJob(statuses=["SUCCEEDED"]))
-    with pytest.raises(JobNotFoundError, match="only a running job can be scaled"):
+    with pytest.raises(JobNotFoundError, match="dlu scale needs a running job"):
         client.scale("demo", "workers", 3)
+
+
+def test_workdir_forms(tmp_path: Any) -> None:
+    from dlu_api.client.remote import working_dir
+
+    here = str(tmp_path)
+    assert working_dir(None) == (None, None)
+    assert working_dir(here) == (None, here)  # a directory on this machine: uploaded
+    assert working_dir(f"cluster:{here}") == (here, None)  # named on the nodes, even if here too
+    assert working_dir("/srv/app-only-on-the-nodes") == ("/srv/app-only-on-the-nodes", None)
+    assert working_dir("s3://bucket/code.zip") == (None, "s3://bucket/code.zip")  # Ray fetches it

@@ -58,3 +58,26 @@ def test_wire_lines_round_trip() -> None:
     assert wire.parse_log("DLU-STATUS not json").other_lines == ["DLU-STATUS not json"]
     assert wire.major_minor("1.2.3rc1") == (1, 2)
     assert wire.major_minor("x") is None
+
+
+def test_launcher_refuses_a_bad_status_interval_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dlu_prime import ray_env
+
+    def no_ray(address: str = "auto") -> None:
+        raise AssertionError("must not connect to Ray")
+
+    monkeypatch.setattr(ray_env, "connect", no_ray)
+    monkeypatch.setenv("DLU_STATUS_INTERVAL_S", "-1")
+    spec = {
+        "name": "demo",
+        "device_type": "CPU",
+        "device_per_node": 0,
+        "roles": [{"name": "w", "entrypoint": "examples.hello.workers:main"}],
+    }
+    code = prime_main.main(["launch", "--spec-json", json.dumps(spec)])
+    assert code == prime_main.EXIT_REFUSED
+    out, err = capsys.readouterr()
+    assert "DLU_STATUS_INTERVAL_S='-1' is not allowed" in err
+    assert (wire.parse_log(out).error or {}).get("kind") == wire.KIND_OTHER

@@ -55,7 +55,8 @@ class Job:
     def submit(self, address: str | None = None, workdir: str | None = None) -> JobHandle:
         """Start the job locally (no address) or on the cluster at `address`; do not wait.
 
-        `workdir`: on a cluster, the directory on its nodes that holds the job's code.
+        `workdir`: on a cluster, the job's code: a directory here (uploaded), `cluster:/path` on
+        its nodes, or a URI Ray fetches (see `dlu_api.client.remote.working_dir`).
 
         Raises:
             SpecError: the spec breaks a rule here, or the cluster found it cannot run there.

@@ -1,7 +1,10 @@
-"""`python -m dlu_prime launch|stop|status`: the entrypoints a Ray cluster runs for a DLU job.
+"""`python -m dlu_prime launch|stop|status|debug|scale`: DLU's commands on a Ray cluster.
 
-A remote driver (dlu-api alone, Ray Jobs REST API) submits these as Ray jobs and reads their
-log, so besides human-readable lines they print the wire lines of `dlu_api.client.wire`.
+A remote driver (dlu-api alone, Ray Jobs REST API) submits `launch` as a Ray job and reads its
+log, so besides human-readable lines it prints the wire lines of `dlu_api.client.wire`: the
+job's events and status as they change, and the answers to the requests the driver leaves in
+its mailbox (`dlu_prime.mailbox`). The other commands do the same things from a shell on the
+cluster (or `ray job submit -- python -m dlu_prime status JOB`); the driver does not use them.
 Exit codes: the job's own for `launch`; 0 ok; 1 no such job; 2 refused; 3 version mismatch.
 """
 
@@ -13,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -71,8 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_emit_lock = threading.Lock()
+
+
 def _emit(text: str) -> None:
-    print(text, flush=True)
+    """One whole line (the mailbox answers from worker threads)."""
+    with _emit_lock:
+        print(text, flush=True)
 
 
 def _error(kind: str, message: str, **extra: Any) -> None:
@@ -96,9 +105,18 @@ def _launch(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec else spec_from_dict(json.loads(args.spec_json))
     workdir = args.workdir or os.getcwd()
     preflight.check(spec, workdir)  # what needs no Ray, before joining it
-    ray_env.connect(args.address)
-    from dlu_prime import launcher
+    from dlu_prime.publish import StatusPublisher, status_interval_s
 
+    try:
+        interval_s = status_interval_s()
+    except ValueError as exc:
+        _error(wire.KIND_OTHER, str(exc))
+        return EXIT_REFUSED
+    ray_env.connect(args.address)
+    from dlu_prime import launcher, mailbox
+
+    publisher = StatusPublisher(_emit, interval_s)
+    box = mailbox.Mailbox(spec.name, _emit)
     signal.signal(signal.SIGTERM, _raise_terminated)
     created = False
     try:
@@ -106,17 +124,15 @@ def _launch(args: argparse.Namespace) -> int:
         created = True
         from dlu_prime.compat import installed_version
 
-        _emit(wire.line(wire.ACCEPTED, {"name": spec.name, "dlu_prime": installed_version("dlu-prime")}))
+        accepted = {"name": spec.name, "dlu_prime": installed_version("dlu-prime")}
+        _emit(wire.line(wire.ACCEPTED, {**accepted, wire.MAILBOX: mailbox.supported()}))
         printer = ProgressPrinter(_emit)
-        stage: list[str] = []
 
         def on_update(status: JobStatus) -> None:
             printer(status)
-            if stage[-1:] != [status.stage.value]:
-                stage.append(status.stage.value)
-                _emit(wire.status_line(status))
+            publisher(status)
 
-        final = launcher.wait_job(spec, on_update)
+        final = launcher.wait_job(spec, on_update, on_poll=box.poll)
     except _Terminated:
         # The PrimeMaster is detached: without this, the job would outlive a stopped Ray job.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -124,8 +140,10 @@ def _launch(args: argparse.Namespace) -> int:
             launcher.stop_job(spec.name, "its Ray job was stopped")
         _emit(f"[{spec.name}] stop requested: the Ray job running the launcher was stopped")
         return 143
+    finally:
+        box.close()
     _emit(status_text(final, events=10))
-    _emit(wire.status_line(final))
+    publisher.final(final)
     return final.exit_code if final.exit_code is not None else 1
 
 

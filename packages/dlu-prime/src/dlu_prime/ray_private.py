@@ -47,6 +47,8 @@ class Private(NamedTuple):
 
 _NODE = "ray._private.node"
 _KV = "ray.experimental.internal_kv"
+# the KV also holds remote drivers' requests (dlu_prime.mailbox: the package uploads they make)
+_KV_FALLBACK = "the embedded store fails; a cluster job's launcher answers no remote requests"
 SYMBOLS: dict[str, Private] = {
     "resolve_ip": Private(
         "ray._private.services", "resolve_ip_for_localhost", ("host",),
@@ -68,10 +70,10 @@ SYMBOLS: dict[str, Private] = {
     "placement_group_id": Private(
         "ray._raylet", "PlacementGroupID.from_hex", fallback="a placement group not found by name is left to Ray"
     ),
-    "kv_get": Private(_KV, "_internal_kv_get", ("key", "namespace"), fallback="the embedded store fails"),
+    "kv_get": Private(_KV, "_internal_kv_get", ("key", "namespace"), fallback=_KV_FALLBACK),
     "kv_put": Private(_KV, "_internal_kv_put", ("key", "value", "overwrite", "namespace"), fallback="the embedded store fails"),
-    "kv_del": Private(_KV, "_internal_kv_del", ("key", "del_by_prefix", "namespace"), fallback="the embedded store fails"),
-    "kv_list": Private(_KV, "_internal_kv_list", ("prefix", "namespace"), fallback="the embedded store fails"),
+    "kv_del": Private(_KV, "_internal_kv_del", ("key", "del_by_prefix", "namespace"), fallback=_KV_FALLBACK),
+    "kv_list": Private(_KV, "_internal_kv_list", ("prefix", "namespace"), fallback=_KV_FALLBACK),
     "actor_restarted": Private(
         "ray.runtime_context", "RuntimeContext.was_current_actor_reconstructed", kind="property",
         fallback="an actor restarted by Ray is taken for a fresh one",
@@ -262,20 +264,20 @@ def placement_group(pg_id_hex: str) -> Any | None:
     return PlacementGroup(_get("placement_group_id")(pg_id_hex))
 
 
-def kv_get(key: str, namespace: str) -> bytes | None:
+def kv_get(key: str, namespace: str | None) -> bytes | None:
     return _get("kv_get")(key, namespace=namespace)
 
 
-def kv_put_if_absent(key: str, value: bytes, namespace: str) -> bool:
+def kv_put_if_absent(key: str, value: bytes, namespace: str | None) -> bool:
     """Create `key` unless it exists; True means it already existed (nothing written)."""
     return bool(_get("kv_put")(key, value, overwrite=False, namespace=namespace))
 
 
-def kv_delete(key: str, namespace: str, *, by_prefix: bool = False) -> None:
+def kv_delete(key: str, namespace: str | None, *, by_prefix: bool = False) -> None:
     _get("kv_del")(key, del_by_prefix=by_prefix, namespace=namespace)
 
 
-def kv_keys(prefix: str, namespace: str) -> list[bytes]:
+def kv_keys(prefix: str, namespace: str | None) -> list[bytes]:
     return list(_get("kv_list")(prefix, namespace=namespace))
 
 

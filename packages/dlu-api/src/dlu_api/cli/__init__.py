@@ -14,11 +14,12 @@ from typing import Annotated, NoReturn
 import typer
 
 from dlu_api.builder import from_torchrun_cmd
-from dlu_api.cli import interrupts
+from dlu_api.cli import detach, interrupts
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
-from dlu_api.client import JobClient, connect
+from dlu_api.client import ADDRESS_ENV, JobClient, connect
+from dlu_api.client.local import check_local, local_client
 from dlu_api.errors import DLUError, SpecError
 from dlu_api.spec.entrypoint import is_torchrun_command
 from dlu_api.spec.io import job_schema, load_spec, read_spec_data, spec_from_dict
@@ -42,7 +43,9 @@ WorkdirOpt = Annotated[
     typer.Option(
         "--workdir",
         envvar="DLU_WORKDIR",
-        help="With --address: the directory on the cluster's nodes that holds the job's code.",
+        help="With --address: the job's code. A directory on this machine is uploaded (as `ray job "
+        "submit --working-dir`; .git, __pycache__, .venv left out; limit $DLU_UPLOAD_LIMIT_MB, default "
+        "100); cluster:/path names a directory on the cluster's nodes; a URI (s3://...) is fetched by Ray.",
     ),
 ]
 
@@ -93,6 +96,14 @@ def run(
     ] = None,
     address: AddressOpt = None,
     workdir: WorkdirOpt = None,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait",
+            help="Return once the job is RUNNING and leave it running (a local job's controller "
+            "goes on in a detached process); prints how to follow and stop it.",
+        ),
+    ] = False,
 ) -> None:
     """Run a job and wait for it, printing stages, roles, restarts and events. Exits with the job's code.
 
@@ -100,10 +111,75 @@ def run(
     A local run of a job name that another process on this machine runs is refused."""
     try:
         spec = _spec_from_args(spec_or_command, name, device_type, address)
+        if no_wait and _is_local(address):
+            _run_detached_local(spec)
         client = connect(address, workdir, spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if no_wait:
+        _start_and_return(client, spec, address or os.environ.get(ADDRESS_ENV) or "")
     _start_and_follow(client, spec, client.submit)
+
+
+def _is_local(address: str | None) -> bool:
+    address = address or os.environ.get(ADDRESS_ENV) or None
+    return address is None or address == "local"
+
+
+def _run_detached_local(spec: JobSpec) -> NoReturn:
+    """`dlu run --no-wait` on this machine: a detached `dlu run` runs the job; exits once it is
+    RUNNING (0), or with that process's code if it ended first."""
+    check_local(spec)  # bad input refused here, before any process starts
+    client = local_client()
+    files = getattr(client, "files", None)
+    if files is None:
+        raise DLUError("the installed dlu-prime keeps no job records; upgrade it to match dlu-api")
+    process, console = detach.start_local(spec, Path(files.root).parent)
+    printer = ProgressPrinter(_echo)
+    try:
+        current = detach.wait_local(files.status, spec.name, process, printer)
+    except KeyboardInterrupt:
+        typer.echo(
+            f"interrupted: job {spec.name} goes on in process {process.pid}; `dlu stop {spec.name}` stops it",
+            err=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if current is None:
+        code = process.wait()
+        typer.echo(detach.console_tail(console), err=True)
+        raise typer.Exit(code or 1)
+    if current.finished:
+        typer.echo(status_text(current, events=0))
+        raise typer.Exit(current.exit_code if current.exit_code is not None else 1)
+    typer.echo(
+        f"job {spec.name} is RUNNING in process {process.pid} (its output: {console}); "
+        + detach.follow_hint(spec.name, None)
+    )
+    raise typer.Exit(0)
+
+
+def _start_and_return(client: JobClient, spec: JobSpec, address: str) -> NoReturn:
+    """`dlu run --no-wait` on a cluster: submit, follow until RUNNING, leave it running."""
+    printer = ProgressPrinter(_echo)
+    try:
+        try:
+            job = client.submit(spec)
+            current = detach.until_running(client, job, printer)
+        except DLUError as exc:
+            raise _fail(str(exc)) from None
+        except KeyboardInterrupt:
+            typer.echo(
+                f"interrupted: job {spec.name} goes on; `dlu stop {spec.name} --address {address}` stops it",
+                err=True,
+            )
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        client.close()
+    if current.finished:
+        typer.echo(status_text(current, events=0))
+        raise typer.Exit(current.exit_code if current.exit_code is not None else 1)
+    typer.echo(f"job {job} is RUNNING on {address}; " + detach.follow_hint(job, address))
+    raise typer.Exit(0)
 
 
 @app.command()

@@ -18,8 +18,8 @@ ADDRESS_ENV = "DLU_ADDRESS"
 def connect(address: str | None = None, workdir: str | None = None, spec: JobSpec | None = None) -> JobClient:
     """The client for `address`, else `$DLU_ADDRESS`, else the local embedded Ray.
 
-    `workdir` (clusters only): the directory on the cluster's nodes that holds the job's code;
-    a local run imports from the current directory.
+    `workdir` (clusters only): the job's code: a directory here (uploaded), `cluster:/path` on the
+    nodes, or a URI; a local run imports from the current directory.
     `spec`: the job about to be submitted; a local run checks what it can without Ray (refusing
     bad input before anything starts), takes the job's name on this machine (refused if another
     process runs it), then starts what this machine's workers will need (the zygote of elastic

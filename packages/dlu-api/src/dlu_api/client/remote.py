@@ -2,15 +2,15 @@
 
 The job's entrypoint is the dlu-prime launcher, given the same JSON spec a local run uses.
 A driver cannot call the PrimeMaster from here (that needs Ray), so everything DLU-specific
-goes through Ray jobs and their logs (`dlu_api.client.wire`):
+goes through the launcher's Ray job: its log, and its mailbox (`dlu_api.client.wire`):
 
-- `submit` waits until the launcher reports the job accepted, or turns its failure into a
-  plain error (bad spec on the cluster, name taken, dlu-prime missing, version mismatch);
-- `status` of a running job runs a short *probe* job, `python -m dlu_prime status NAME`,
-  which asks the PrimeMaster (or, without one, the job's state store) and prints the status;
-  a finished job's status is the final one its launcher printed;
-- `stop` runs the `stop` probe, so the PrimeMaster stops the job and the launcher cleans up.
-Probe jobs are deleted once read and never listed.
+- `submit` uploads a local working directory (`remote_upload`), then waits until the launcher
+  reports the job accepted, or turns its failure into a plain error (bad spec on the cluster,
+  name taken, dlu-prime missing, version mismatch);
+- `status` and `events` read what the launcher keeps publishing in its log (`remote_status`):
+  one or two HTTP requests, no Ray job;
+- `stop`, `debug` and `scale` leave a request in the job's mailbox and read the launcher's
+  answer in its log (`remote_mail`).
 """
 
 from __future__ import annotations
@@ -29,38 +29,23 @@ from typing import Any
 import httpx
 
 from dlu_api.client import remote_errors as errors
-from dlu_api.client import wire
+from dlu_api.client import remote_mail, remote_status, remote_upload, wire
 from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.client.remote_delete import delete_runs
-from dlu_api.errors import (
-    ClusterError,
-    ClusterSetupError,
-    DLUError,
-    JobNotFoundError,
-    NotSupportedError,
-    VersionMismatchError,
-)
+from dlu_api.client.remote_status import TERMINAL
+from dlu_api.errors import DLUError, JobNotFoundError
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
-from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
+from dlu_api.status import JobEvent, JobStatus, JobSummary
 
 logger = logging.getLogger(__name__)
 
 SUBMISSION_PREFIX = "dlu-"
-PROBE_PREFIX = "dlu-probe-"
 PRIME_COMMAND = "python -m dlu_prime"
 LAUNCH_COMMAND = f"{PRIME_COMMAND} launch"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
-
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-_RAY_TO_STAGE = {
-    "PENDING": JobStage.PENDING,
-    "RUNNING": JobStage.RUNNING,
-    "STOPPED": JobStage.STOPPED,
-    "SUCCEEDED": JobStage.STOPPED,
-    "FAILED": JobStage.STOPPED,
-}
+CLUSTER_PATH_PREFIX = "cluster:"  # --workdir cluster:/path: a directory on the nodes, never uploaded
 
 
 def dlu_api_version() -> str:
@@ -101,6 +86,20 @@ def spec_from_entrypoint(entrypoint: str) -> dict[str, Any] | None:
     return value
 
 
+def working_dir(workdir: str | None) -> tuple[str | None, str | None]:
+    """(directory on the cluster's nodes for the launcher, `working_dir` for Ray's runtime env)
+    of a `--workdir` value: a directory on this machine is uploaded (its path is returned in
+    the second place, to be uploaded); `cluster:/path`, or a path this machine does not have,
+    names a directory on the nodes; a URI (`s3://...`, `gcs://...`) is Ray's to fetch."""
+    if not workdir:
+        return None, None
+    if workdir.startswith(CLUSTER_PATH_PREFIX):
+        return workdir.removeprefix(CLUSTER_PATH_PREFIX), None
+    if "://" in workdir or Path(workdir).expanduser().is_dir():
+        return None, workdir
+    return workdir, None
+
+
 def find_token(explicit: str | None = None) -> str | None:
     """The Ray auth token to send: given, `$RAY_AUTH_TOKEN`, `$RAY_AUTH_TOKEN_PATH`'s file, or the
     file Ray itself uses (`~/.ray/auth_token`); None if there is none."""
@@ -121,10 +120,12 @@ class RemoteJobClient(JobClient):
     """Talks to a Ray head's job server (the dashboard port, 8265 by default).
 
     Args:
-        workdir: a directory on the cluster's nodes that holds the job's code (relative
-            entrypoints and modules are found there); default: where Ray runs entrypoints.
+        workdir: the job's code: a directory on this machine (uploaded, as
+            `ray job submit --working-dir` does), a URI Ray can fetch, or `cluster:/path` (or a
+            path this machine lacks) on the cluster's nodes; default: where Ray runs entrypoints.
         accept_timeout_s: how long `submit` waits for the launcher to accept the job; 0: no wait.
-        probe_timeout_s: how long a status or stop probe may take.
+        request_timeout_s: how long `stop`/`debug` wait for the launcher's answer (`scale`
+            waits for its resize besides).
         token: Ray auth token (see `find_token`).
     """
 
@@ -137,14 +138,14 @@ class RemoteJobClient(JobClient):
         transport: httpx.BaseTransport | None = None,
         workdir: str | None = None,
         accept_timeout_s: float = 180.0,
-        probe_timeout_s: float = 120.0,
+        request_timeout_s: float = 60.0,
         token: str | None = None,
     ) -> None:
         self.address = address.rstrip("/")
         self.workdir = workdir
         self._poll = poll_interval_s
         self._accept_timeout = accept_timeout_s
-        self._probe_timeout = probe_timeout_s
+        self._request_timeout = request_timeout_s
         token = find_token(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(
@@ -192,7 +193,7 @@ class RemoteJobClient(JobClient):
 
     @staticmethod
     def _dlu_job_name(job: dict[str, Any]) -> str:
-        """The DLU job a Ray job launches ('' for probes and other Ray jobs)."""
+        """The DLU job a Ray job launches ('' for other Ray jobs, and the probes of older drivers)."""
         metadata: dict[str, Any] = job.get("metadata") or {}
         return "" if metadata.get("dlu_probe") else str(metadata.get("dlu_job") or "")
 
@@ -202,6 +203,7 @@ class RemoteJobClient(JobClient):
         return sorted(runs, key=lambda job: -float(job.get("start_time") or 0))
 
     def _sid(self, name: str) -> str:
+        """The Ray job of the newest run of `name`."""
         runs = self._runs(name)
         if not runs:
             raise JobNotFoundError(f"no job named {name!r} on {self.address}; `dlu list` shows the jobs.")
@@ -215,12 +217,6 @@ class RemoteJobClient(JobClient):
             raise errors.http_error(self.address, response, f"cannot read the logs of job {name!r}")
         return str(response.json().get("logs", ""))
 
-    def _delete(self, sid: str) -> None:
-        try:
-            self._request("DELETE", f"/api/jobs/{sid}")
-        except ClusterError:
-            logger.debug("could not delete Ray job %s", sid)
-
     # submit ------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> str:
         return self._submit(spec, resume=False)
@@ -230,20 +226,33 @@ class RemoteJobClient(JobClient):
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
+        cluster_dir, runtime_dir = working_dir(self.workdir)
+        if runtime_dir is not None and "://" not in runtime_dir:
+            remote_upload.package(Path(runtime_dir).expanduser())  # too big: refused before any request
         for run in self._runs(spec.name):  # a finished run leaves the name free
-            if str(run.get("status")) not in TERMINAL:
+            if str(run.get("status")) not in TERMINAL and not self._reported_end(run, spec.name):
                 raise errors.name_taken(spec.name, self.address, str(run.get("status")))
-        sid = new_submission_id(spec.name)
-        body = {
-            "entrypoint": launch_entrypoint(spec, resume, self.workdir),
-            "submission_id": sid,
+        body: dict[str, Any] = {
+            "entrypoint": launch_entrypoint(spec, resume, cluster_dir),
+            "submission_id": new_submission_id(spec.name),
             "metadata": {"dlu_job": spec.name, "dlu_api_version": dlu_api_version()},
         }
+        if runtime_dir is not None:
+            uri = runtime_dir
+            if "://" not in runtime_dir:
+                uri = remote_upload.upload(self._request, self.address, Path(runtime_dir).expanduser())
+                logger.info("job %s: uploaded %s as %s", spec.name, runtime_dir, uri)
+            body["runtime_env"] = {"working_dir": uri}
         response = self._post_job(body)
         if response.status_code >= 400:
             raise errors.http_error(self.address, response, "the cluster refused the job")
-        self._await_acceptance(spec.name, sid)
+        self._await_acceptance(spec.name, str(body["submission_id"]))
         return spec.name
+
+    def _reported_end(self, run: dict[str, Any], name: str) -> bool:
+        """Whether a run's launcher has written the job's end (it is exiting: the name is free)."""
+        current = wire.parse_log(self._log_text_by_id(str(run["submission_id"]), name)).current
+        return current is not None and current.finished
 
     def _await_acceptance(self, name: str, sid: str) -> None:
         """Wait for the launcher's verdict, so a refused job fails `submit` with the reason."""
@@ -257,7 +266,7 @@ class RemoteJobClient(JobClient):
                 return
             if str(info.get("status")) in TERMINAL:
                 raise errors.launch_failure(self.address, name, log_text, str(info.get("message") or ""))
-            time.sleep(self._poll)
+            time.sleep(min(self._poll, 0.25))
         logger.warning(
             "job %s: the cluster has not started its launcher within %.0f s; it may be waiting for "
             "resources. Follow it with `dlu status %s`.",
@@ -266,138 +275,21 @@ class RemoteJobClient(JobClient):
             name,
         )
 
-    def events(self, name: str) -> list[JobEvent]:
-        """The timeline of the job's status (a probe asks the PrimeMaster or the state store)."""
-        status = self.status(name)  # JobNotFoundError first, as for every other command
-        if status.events:
-            return list(status.events)
-        raise NotSupportedError(
-            f"the event timeline of a job on a cluster is not available yet from {self.address}; "
-            f"`dlu logs {name}` prints the job's log, which includes its events"
-        )
-
-    # probes ------------------------------------------------------------------------------------
-    def _probe(self, name: str, command: str, *extra: str) -> tuple[bool, str]:
-        """Run `python -m dlu_prime COMMAND NAME ...` as a short Ray job; (succeeded, its log).
-
-        Raises:
-            ClusterSetupError, VersionMismatchError: the cluster cannot run DLU's commands.
-        """
-        sid = f"{PROBE_PREFIX}{name}-{command}-{uuid.uuid4().hex[:8]}"
-        entrypoint = " ".join([_prime_args(command), shlex.quote(name), *map(shlex.quote, extra)])
-        body = {
-            "entrypoint": entrypoint,
-            "submission_id": sid,
-            "metadata": {"dlu_probe": command, "dlu_job": name, "dlu_api_version": dlu_api_version()},
-        }
-        response = self._post_job(body)
-        if response.status_code >= 400:
-            raise errors.http_error(self.address, response, f"the cluster refused DLU's {command} probe")
-        try:
-            deadline = time.monotonic() + self._probe_timeout
-            while True:
-                info = self._job_info_by_id(sid, name)
-                ray_status = str(info.get("status"))
-                if ray_status in TERMINAL:
-                    break
-                if time.monotonic() > deadline:
-                    self._request("POST", f"/api/jobs/{sid}/stop")
-                    raise ClusterError(
-                        f"the cluster at {self.address} did not run DLU's {command} probe for "
-                        f"{name!r} within {self._probe_timeout:.0f} s; is the head overloaded?"
-                    )
-                time.sleep(min(self._poll, 0.25))
-            log_text = self._log_text_by_id(sid, name)
-        finally:
-            self._delete(sid)
-        if ray_status != "SUCCEEDED":
-            failure = errors.launch_failure(self.address, name, log_text)
-            if isinstance(failure, VersionMismatchError | ClusterSetupError):
-                raise failure
-        return ray_status == "SUCCEEDED", log_text
-
-    def _probe_status(self, name: str, info: dict[str, Any]) -> JobStatus | None:
-        extra = ["--json"]
-        spec = spec_from_entrypoint(str(info.get("entrypoint") or ""))
-        if spec is not None and isinstance(spec.get("state_store"), dict):
-            extra += ["--store-json", json.dumps(spec["state_store"])]
-        ok, log_text = self._probe(name, "status", *extra)
-        return wire.parse_log(log_text).status if ok else None
-
-    def debug(
-        self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
-    ) -> dict[str, object]:
-        """Through a probe job running `python -m dlu_prime debug` next to the PrimeMaster."""
-        sid = self._sid(name)  # JobNotFoundError first, as for every other command
-        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
-            raise JobNotFoundError(f"job {name!r} on {self.address} has stopped")
-        extra = [action, role]
-        if rank is not None:
-            extra += ["--rank", str(rank)]
-        if step is not None:
-            extra += ["--step", str(step)]
-        _, log_text = self._probe(name, "debug", *extra)
-        answer = wire.debug_answer(log_text)
-        if answer is None:
-            raise ClusterError(
-                f"the debug probe for {name!r} on {self.address} gave no answer:\n{log_text[-2000:]}"
-            )
-        if "error" in answer:
-            raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
-        return dict(answer["result"])
-
-    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
-        """Through a probe job running `python -m dlu_prime scale` next to the PrimeMaster."""
-        sid = self._sid(name)
-        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
-            raise JobNotFoundError(
-                f"job {name!r} on {self.address} has stopped: only a running job can be scaled"
-            )
-        _, log_text = self._probe(name, "scale", role, str(size))
-        answer = wire.debug_answer(log_text)
-        if answer is None:
-            raise ClusterError(
-                f"the scale probe for {name!r} on {self.address} gave no answer:\n{log_text[-2000:]}"
-            )
-        if "error" in answer:
-            raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
-        return dict(answer["result"])
-
-    # status ------------------------------------------------------------------------------------
+    # status, events ----------------------------------------------------------------------------
     def status(self, name: str) -> JobStatus:
-        return self._status(name, live=True)
-
-    def _status(self, name: str, live: bool) -> JobStatus:
-        """From the launcher's log; with `live`, a running job's status comes from a probe."""
+        """What the launcher last published: three requests (job list, job, log), no Ray job."""
         sid = self._sid(name)
         info = self._job_info_by_id(sid, name)
-        ray_status = str(info.get("status", "PENDING"))
-        log_text = self._log_text_by_id(sid, name)
-        report = wire.parse_log(log_text)
-        message = str(info.get("message") or "")
-        if ray_status in TERMINAL:
-            if report.status is not None and report.status.finished:
-                return report.status
-            exit_code = 0 if ray_status == "SUCCEEDED" else 1
-            if report.accepted is None:
-                reason = str(errors.launch_failure(self.address, name, log_text, message))
-                return JobStatus(name=name, stage=JobStage.STOPPED, exit_code=exit_code, reason=reason)
-            base = report.status or JobStatus(name=name, stage=JobStage.STOPPED)
-            reason = f"its launcher ended ({ray_status}): {message}".rstrip(": ")
-            return base.model_copy(
-                update={"stage": JobStage.STOPPED, "exit_code": exit_code, "reason": reason}
-            )
-        if report.accepted is None:
-            return JobStatus(
-                name=name, stage=JobStage.PENDING, reason=f"Ray job {ray_status}: the launcher is starting"
-            )
-        current = self._probe_status(name, info) if live else None
-        return current or report.status or JobStatus(name=name, stage=JobStage.INIT)
+        return remote_status.status_from(name, self.address, info, self._log_text_by_id(sid, name))
+
+    def events(self, name: str) -> list[JobEvent]:
+        """The whole timeline: every event the launcher wrote to its log."""
+        return list(self.status(name).events)
 
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         last: JobStatus | None = None
         while True:
-            current = self._status(name, live=False)
+            current = self.status(name)
             if on_update is not None and current != last:
                 on_update(current)
             last = current
@@ -405,17 +297,63 @@ class RemoteJobClient(JobClient):
                 return current
             time.sleep(self._poll)
 
-    # stop --------------------------------------------------------------------------------------
-    def stop(self, name: str) -> None:
-        """Ask the PrimeMaster to stop (its launcher then cleans up and ends); a job whose launcher
-        has not started DLU yet is stopped through Ray."""
+    # requests through the mailbox --------------------------------------------------------------
+    def _ask(
+        self, name: str, body: dict[str, Any], what: str, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Leave a request for the running job's launcher and return its answer.
+
+        Raises:
+            JobNotFoundError: no such job, or it is not running.
+            ClusterSetupError: its launcher reads no requests (an older dlu-prime).
+        """
         sid = self._sid(name)
         info = self._job_info_by_id(sid, name)
         if str(info.get("status")) in TERMINAL:
+            raise JobNotFoundError(f"job {name!r} on {self.address} has stopped: {what} needs a running job")
+        report = wire.parse_log(self._log_text_by_id(sid, name))
+        if report.accepted is None:
+            raise JobNotFoundError(
+                f"job {name!r} on {self.address} has not started yet ({info.get('status')}); try again in a moment"
+            )
+        remote_mail.check_supported(self.address, report.accepted)
+        return remote_mail.ask(
+            self._request, self.address, name, sid, body, timeout_s or self._request_timeout
+        )
+
+    def debug(
+        self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
+    ) -> dict[str, object]:
+        """Through the job's mailbox; the launcher calls the PrimeMaster."""
+        answer = self._ask(name, {"action": action, "role": role, "rank": rank, "step": step}, "dlu debug")
+        if "error" in answer:
+            raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
+        return dict(answer["result"])
+
+    def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        """Through the job's mailbox; the launcher waits for the resize (up to 45 s)."""
+        answer = self._ask(
+            name, {"action": "scale", "role": role, "size": size}, "dlu scale", self._request_timeout + 60
+        )
+        if "error" in answer:
+            raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
+        return dict(answer["result"])
+
+    def stop(self, name: str) -> None:
+        """Ask the PrimeMaster to stop through the job's mailbox (the launcher then cleans up and
+        ends); a job whose launcher has not started DLU yet is stopped through Ray."""
+        sid = self._sid(name)
+        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
             return
-        if wire.parse_log(self._log_text_by_id(sid, name)).accepted is not None:
-            stopped, _ = self._probe(name, "stop")
-            if stopped:
+        report = wire.parse_log(self._log_text_by_id(sid, name))
+        if report.accepted is not None and report.accepted.get(wire.MAILBOX):
+            try:
+                answer = remote_mail.ask(
+                    self._request, self.address, name, sid, {"action": "stop"}, self._request_timeout
+                )
+            except JobNotFoundError:
+                return  # it ended meanwhile
+            if answer.get("result", {}).get("stopped"):
                 return
         response = self._request("POST", f"/api/jobs/{sid}/stop")
         if response.status_code == 404:
@@ -450,15 +388,14 @@ class RemoteJobClient(JobClient):
             time.sleep(self._poll)
 
     def list_jobs(self) -> list[JobSummary]:
+        """The newest run of every DLU job; exit codes by the rule `dlu status` uses."""
         out: list[tuple[float, JobSummary]] = []
         for job in self._list_raw():
             name = self._dlu_job_name(job)
-            if not name:
-                continue
-            stage = _RAY_TO_STAGE.get(str(job.get("status")), JobStage.PENDING)
-            exit_code = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 1}.get(str(job.get("status")))
-            summary = JobSummary(name=name, stage=stage, exit_code=exit_code, where=self.address)
-            out.append((float(job.get("start_time") or 0), summary))
+            if name:
+                out.append(
+                    (float(job.get("start_time") or 0), remote_status.summary(job, name, self.address))
+                )
         newest: dict[str, JobSummary] = {}
         for _, summary in sorted(out, key=lambda item: -item[0]):
             newest.setdefault(summary.name, summary)  # earlier runs of a name are history

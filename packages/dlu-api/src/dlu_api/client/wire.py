@@ -6,7 +6,16 @@ machine lines there, each a tag and one JSON value, among its human-readable pro
 
 - `DLU-ACCEPTED {...}`: the job passed the cluster's checks and its PrimeMaster exists;
 - `DLU-STATUS {...}`: a `JobStatus` (on every stage change, at the end, and from `status`);
-- `DLU-ERROR {...}`: why the launcher refused or failed (`kind`, `message`, `problems`).
+- `DLU-ERROR {...}`: why the launcher refused or failed (`kind`, `message`, `problems`);
+- `DLU-EVENT {...}`: each event of the job's timeline, once, as it happens (the whole timeline
+  however long, where a `DLU-STATUS` carries none or a bounded tail);
+- `DLU-ANSWER {...}`: the answer to a request the driver left in the job's mailbox
+  (`{"id": ..., "result": {...}}` or `{"id": ..., "error": "..."}`).
+
+Requests go the other way through a *mailbox*: the driver uploads a small JSON document with the
+Jobs API's package upload (`PUT /api/packages/gcs/<mail_package(...)>`), which stores it in the
+GCS key-value store under `gcs://<name>`; the launcher polls the keys of its job, deletes each
+request it reads and answers it in its log. No Ray job is started for a request.
 
 Both sides import this module (dlu-prime depends on dlu-api), so the format lives once.
 """
@@ -18,13 +27,35 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlu_api.status import JobStatus
+from dlu_api.status import JobEvent, JobStatus
 
 ACCEPTED = "DLU-ACCEPTED"
 STATUS = "DLU-STATUS"
 ERROR = "DLU-ERROR"
 DEBUG = "DLU-DEBUG"  # the answer of a `dlu debug` probe: {"result": {...}} or {"error": "..."}
-TAGS = (ACCEPTED, STATUS, ERROR, DEBUG)
+EVENT = "DLU-EVENT"
+ANSWER = "DLU-ANSWER"
+TAGS = (ACCEPTED, STATUS, ERROR, DEBUG, EVENT, ANSWER)
+
+MAILBOX = "mailbox"  # the key of DLU-ACCEPTED saying the launcher reads requests from its mailbox
+MAIL_PROTOCOL = "gcs"
+_MAIL_PREFIX = "_dlu_mail."
+
+
+def mail_package(job: str, key: str) -> str:
+    """The package name a request for `job` is uploaded under (one URL path segment)."""
+    return f"{_MAIL_PREFIX}{job}.{key}.json"
+
+
+def mail_prefix(job: str) -> str:
+    """The GCS key prefix of every request for `job` (what the launcher lists)."""
+    return f"{MAIL_PROTOCOL}://{_MAIL_PREFIX}{job}."
+
+
+def mail_key(stored_key: str, job: str) -> str:
+    """The request id inside a stored key `gcs://_dlu_mail.<job>.<id>.json`."""
+    return stored_key.removeprefix(mail_prefix(job)).removesuffix(".json")
+
 
 # DLU-ERROR kinds
 KIND_SPEC = "spec"
@@ -44,6 +75,10 @@ def status_line(status: JobStatus) -> str:
     return f"{STATUS} {status.model_dump_json()}"
 
 
+def event_line(event: JobEvent) -> str:
+    return f"{EVENT} {event.model_dump_json(exclude_defaults=True)}"
+
+
 def is_wire_line(text: str) -> bool:
     return text.startswith(TAGS)
 
@@ -55,7 +90,17 @@ class LauncherReport:
     accepted: dict[str, Any] | None = None
     status: JobStatus | None = None
     error: dict[str, Any] | None = None
+    events: list[JobEvent] = field(default_factory=list[JobEvent])
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
     other_lines: list[str] = field(default_factory=list[str])
+
+    @property
+    def current(self) -> JobStatus | None:
+        """The latest status with the whole timeline the DLU-EVENT lines gave (a launcher that
+        writes none: the status's own events)."""
+        if self.status is None or not self.events:
+            return self.status
+        return self.status.model_copy(update={"events": list(self.events)})
 
 
 def parse_log(text: str | Iterable[str]) -> LauncherReport:
@@ -71,11 +116,15 @@ def parse_log(text: str | Iterable[str]) -> LauncherReport:
             value = json.loads(payload)
             if tag == STATUS:
                 report.status = JobStatus.model_validate(value)
+            elif tag == EVENT:
+                report.events.append(JobEvent.model_validate(value))
             elif tag == ACCEPTED:
                 report.accepted = dict(value)
+            elif tag == ANSWER:
+                report.answers[str(value["id"])] = dict(value)
             else:
                 report.error = dict(value)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, KeyError):
             report.other_lines.append(raw)
     return report
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from dlu_prime.runtime.batch import BatchShare, BatchShareError, batch_share
 from dlu_prime.runtime.context import WorkerContext, current_worker, heartbeat, report_error
 from dlu_prime.runtime.rpc import RoleGroup, RpcFuture, role_group, rpc
 
@@ -32,6 +33,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "BatchShare",
+    "BatchShareError",
     "ChannelClosed",
     "DataChannel",
     "RoleGroup",
@@ -39,6 +42,7 @@ __all__ = [
     "Shard",
     "ShardQueue",
     "WorkerContext",
+    "batch_share",
     "channel",
     "consumer_id",
     "current_worker",
