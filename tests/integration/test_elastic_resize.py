@@ -223,3 +223,111 @@ def test_nothing_injected_means_no_resize(results: dict[str, object]) -> None:
     assert calm["exit_code"] == 0, calm["reason"]
     assert calm["resizes"] == 0 and calm["worlds"] == [2]
     assert not [k for k in calm["kinds"] if k.startswith("resize")], calm["kinds"]
+
+
+LM_SCRIPT = r"""
+import json, sys, time
+from pathlib import Path
+from dlu_prime.ray_env import pin_loopback
+import ray
+from ray.cluster_utils import Cluster
+from dlu_api.spec import spec_from_dict
+from dlu_prime import launcher
+from dlu_prime.naming import NAMESPACE
+
+root, out, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+with pin_loopback():
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "include_dashboard": False, "node_ip_address": "127.0.0.1",
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4}})
+    ray.init(address=cluster.address, namespace=NAMESPACE)
+node_args = {"num_cpus": 2, "resources": {"slot": 1}, "node_ip_address": "127.0.0.1"}
+cluster.add_node(**node_args)
+spec = spec_from_dict({
+    "name": "lm-resize", "device_type": "CPU", "device_per_node": 0, "node_num": 2,
+    "master": {"cpu": 0.1}, "health": {"monitor_interval_s": 0.2},
+    "roles": [{"name": "trainer", "kind": "elastic",
+               "entrypoint": f"examples/elastic/train_lm.py --steps {steps} --global-batch 8 "
+                             f"--checkpoint-every 5 --step-seconds 0.25 --checkpoint-dir {out / 'ckpt'}",
+               "resources": {"cpu": 0.25, "custom": {"slot": 1}},
+               "elastic": {"nnodes": "1:2", "nproc_per_node": 1, "start_timeout_s": 5,
+                           "resize_interval_s": 0, "node_check": {"enabled": False}}}],
+})
+launcher.submit_job(spec, str(root))
+
+def step():
+    status = launcher.job_status(spec.name)
+    if status is None or status.stage.value == "STOPPED":
+        raise SystemExit(f"job stopped early: {status.reason if status else 'gone'}")
+    found = [a.step for a in status.roles[0].actors if a.rank >= 0 and a.step is not None]
+    return max(found, default=0)
+
+def wait_step(at):
+    deadline = time.monotonic() + 180
+    while step() < at:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no step {at}")
+        time.sleep(0.1)
+
+wait_step(7)
+second = cluster.add_node(**node_args)  # grows to world 2 mid-run
+wait_step(steps // 2 + 2)
+cluster.remove_node(second)  # and shrinks back to world 1
+final = launcher.wait_job(spec)
+loss = out / "ckpt" / "final_loss.txt"
+print(json.dumps({"exit_code": final.exit_code, "reason": final.reason,
+                  "events": [[e.kind, e.message] for e in final.events],
+                  "loss": loss.read_text().strip() if loss.exists() else None,
+                  "resizes": [e.message for e in final.events if e.kind == "resize_done"]}))
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> None:
+    """The reference LM on a fixed global batch of 8: grown to world 2 and shrunk back to 1 in
+    the middle of the run, it ends on the loss of a plain run at world 1 (every step computed
+    the same global batch; float sums differ only in their last bits across world sizes)."""
+    steps = 40
+    reference = tmp_path / "reference"
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+    }
+    plain = subprocess.run(
+        [sys.executable, "examples/elastic/train_lm.py", "--steps", str(steps), "--global-batch", "8",
+         "--checkpoint-dir", str(reference)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    expected = float((reference / "final_loss.txt").read_text())
+    resized = tmp_path / "resized"
+    resized.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", LM_SCRIPT, str(ROOT), str(resized), str(steps)],
+        cwd=ROOT,
+        env={**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-erl-", dir="/tmp")},
+        capture_output=True,
+        text=True,
+        timeout=330,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["exit_code"] == 0, result["reason"]
+    assert any("world 1 -> 2" in m for m in result["resizes"]), result["events"]
+    assert any("world 2 -> 1" in m for m in result["resizes"]), result["resizes"]
+    assert result["loss"] is not None
+    assert float(result["loss"]) == pytest.approx(expected, rel=1e-4), (result["loss"], expected)
