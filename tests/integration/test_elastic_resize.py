@@ -269,9 +269,20 @@ def wait_step(at):
             raise SystemExit(f"no step {at}")
         time.sleep(0.1)
 
+def wait_resized(text):
+    deadline = time.monotonic() + 180
+    while True:
+        status = launcher.job_status(spec.name, events=500)
+        if status is not None and any(e.kind == "resize_done" and text in e.message for e in status.events):
+            return step()
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no resize_done with {text!r}")
+        time.sleep(0.1)
+
 wait_step(7)
 second = cluster.add_node(**node_args)  # grows to world 2 mid-run
-wait_step(steps // 2 + 2)
+grown_at = wait_resized("world 1 -> 2")
+wait_step(grown_at + 6)  # a checkpoint taken at world 2
 cluster.remove_node(second)  # and shrinks back to world 1
 final = launcher.wait_job(spec)
 loss = out / "ckpt" / "final_loss.txt"
@@ -296,7 +307,7 @@ def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> Non
     """The reference LM on a fixed global batch of 8: grown to world 2 and shrunk back to 1 in
     the middle of the run, it ends on the loss of a plain run at world 1 (every step computed
     the same global batch; float sums differ only in their last bits across world sizes)."""
-    steps = 40
+    steps = 60
     reference = tmp_path / "reference"
     env = {
         **os.environ,
@@ -327,7 +338,8 @@ def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["exit_code"] == 0, result["reason"]
-    assert any("world 1 -> 2" in m for m in result["resizes"]), result["events"]
-    assert any("world 2 -> 1" in m for m in result["resizes"]), result["resizes"]
+    events = "\n".join(f"{kind}: {message}" for kind, message in result["events"])
+    assert any("world 1 -> 2" in m for m in result["resizes"]), events
+    assert any("world 2 -> 1" in m for m in result["resizes"]), events
     assert result["loss"] is not None
     assert float(result["loss"]) == pytest.approx(expected, rel=1e-4), (result["loss"], expected)
