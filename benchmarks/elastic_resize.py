@@ -143,7 +143,7 @@ def main() -> None:
         statistics.median(results["grow"]),
         "s",
         BUDGETS["grow"],
-        f"node registered -> training at the larger world ({label})",
+        f"node added (Ray lists it) -> training at the larger world ({label})",
     )
     figure(
         "elastic_grow_resize",

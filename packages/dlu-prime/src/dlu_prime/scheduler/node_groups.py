@@ -103,12 +103,9 @@ class NodeGroups:
                 return done
             time.sleep(POLL_S)
 
-    def wait_start(
-        self, on_wait: Callable[[], bool] | None = None
-    ) -> tuple[dict[str, list[int]], str | None]:
+    def wait_start(self) -> tuple[dict[str, list[int]], str | None]:
         """Wait for each node-grouped role's nodes as `start_verdict` says; role -> the nodes to
-        start with, or the reason no start is possible. `on_wait` returning True stops waiting
-        (a stop request): roles start with what is placed, as at the timeout."""
+        start with, or the reason no start is possible."""
         import ray
 
         started = time.monotonic()
@@ -116,15 +113,12 @@ class NodeGroups:
         pending = list(self.roles)
         while pending:
             elapsed = time.monotonic() - started
-            stop = on_wait is not None and on_wait()
             for role in list(pending):
                 assert role.elastic is not None
                 count = role.total // role.per_group
                 placed = self.placed(role.name, range(count))
                 timeout = role.elastic.start_timeout_s
-                verdict = start_verdict(
-                    role.name, placed, role.elastic.min_nodes, count, 1e18 if stop else elapsed, timeout
-                )
+                verdict = start_verdict(role.name, placed, role.elastic.min_nodes, count, elapsed, timeout)
                 if verdict.kind is StartKind.FAIL:
                     missing = self._plan_of(node_group_name(role.name, 0))
                     return out, f"{verdict.reason}; {missing_message(missing, ray.available_resources())}"
