@@ -183,3 +183,18 @@ def test_a_prime_master_restarted_mid_resize_finishes_it_once() -> None:
     role = recovered.state.roles["trainer"]
     assert role.resize_count == 1 and recovered.state.resize is None
     assert [e.kind for e in recovered.state.events].count("resize_done") == 1
+
+
+def test_dlu_scale_to_the_size_it_has_keeps_that_size() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0}, resize_interval_s=0)
+    plan = manager.resizer.request("trainer", 1)
+    assert (plan.added, plan.removed) == ((), ()) and manager.state.resize is None
+    assert manager.state.roles["trainer"].target_nodes == 1
+    fake.placed = {0, 1}
+    manager.elastic.tick(clock.advance(100))
+    assert manager.state.resize is None  # node 1 is placeable, but the role was asked to keep 1
+    assert manager.status().roles[0].pending_nodes == 0
+    manager.resizer.request("trainer", 2)
+    manager.resizer.resume()
+    assert fake.members == [([0, 1], [1])] and manager.state.roles["trainer"].target_nodes == 2

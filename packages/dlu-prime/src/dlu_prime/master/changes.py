@@ -19,9 +19,11 @@ from dlu_prime.master.resize import (
     ResizeBegan,
     ResizeEnded,
     StartedWithout,
+    TargetSet,
     resize_began,
     resize_ended,
     started_without,
+    target_set,
 )
 from dlu_prime.master.state import (
     ActorStage,
@@ -188,6 +190,7 @@ Change = (
     | ResizeBegan
     | ResizeEnded
     | StartedWithout
+    | TargetSet
 )
 
 
@@ -321,6 +324,9 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
         case StartedWithout():
             for kind, message, _ in started_without(state, change):
                 note(Note(kind, message))
+        case TargetSet():
+            for kind, message, _ in target_set(state, change):
+                note(Note(kind, message, role=change.role))
     return out
 
 

@@ -74,6 +74,23 @@ def started_without(state: JobState, change: StartedWithout) -> list[EventSpec]:
     return [("elastic_start", change.message, None)]
 
 
+@dataclass(frozen=True)
+class TargetSet:
+    """`dlu scale` asked an elastic role for the node count it has: nothing to resize, but the
+    role keeps that count from now on (no growth back to MAX)."""
+
+    role: str
+    nodes: int
+
+
+def target_set(state: JobState, change: TargetSet) -> list[EventSpec]:
+    record = state.roles[change.role]
+    if record.target_nodes == change.nodes:
+        return []
+    record.target_nodes = change.nodes
+    return [("resize_target", f"keeps {change.nodes} node(s) (dlu scale)", None)]
+
+
 def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
     """Judge `dlu scale JOB ROLE SIZE` against the spec and the state. Pure.
 

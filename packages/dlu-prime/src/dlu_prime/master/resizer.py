@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from dlu_prime.master.changes import ActorsPlaced
 from dlu_prime.master.lifecycle import FencedError, start_targets
-from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, plan_resize
+from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, TargetSet, plan_resize
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, role_size
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class ResizeRunner:
         with m.lock:
             plan = plan_resize(m.state, role, size)
             if not plan.added and not plan.removed:
+                if plan.nodes is not None and cause == "dlu scale":
+                    m.apply(TargetSet(role, plan.nodes))
                 return plan
             m.apply(ResizeBegan(plan, cause))
             if plan.nodes is not None:
