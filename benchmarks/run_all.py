@@ -51,6 +51,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("failover.py", quick_args=None, uses_ray=True, timeout_s=900.0),
     Bench("master_recovery.py", quick_args=None, uses_ray=True),
     Bench("job_e2e.py", quick_args=None, uses_ray=True, timeout_s=900.0),
+    Bench("elastic_resize.py", quick_args=None, uses_ray=True),
 )
 
 

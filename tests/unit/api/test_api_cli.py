@@ -637,3 +637,12 @@ def test_status_shows_each_roles_size() -> None:
 
     line = role_line(RoleStatus(name="workers", kind="simple", size=3, resize_count=2))
     assert line == "  workers (simple): size 3, no actors, 2 resize(s)"
+
+
+def test_status_shows_an_elastic_roles_nodes_min_max_and_pending() -> None:
+    from dlu_api.cli.render import role_line
+
+    pending = RoleStatus(name="t", kind="elastic", size=2, nodes=1, min_nodes=1, max_nodes=2, pending_nodes=1)
+    assert role_line(pending) == "  t (elastic): nodes 1 (min 1, max 2, 1 pending), no actors"
+    full = RoleStatus(name="t", kind="elastic", size=4, nodes=2, min_nodes=1, max_nodes=2, pending_nodes=0)
+    assert role_line(full) == "  t (elastic): nodes 2 (min 1, max 2), no actors"

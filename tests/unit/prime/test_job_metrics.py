@@ -200,3 +200,30 @@ def test_recovery_durations_reach_the_histogram_for_node_relaunches_too() -> Non
     failover_metrics(manager, StageChanged(JobStage.RUNNING), [timed])  # type: ignore[arg-type]
     backend = manager.metrics._failover  # pyright: ignore[reportPrivateUsage]
     assert [(v, t["tier"]) for v, t in backend.records] == [(2.5, "node"), (2.5, "job")]  # type: ignore[attr-defined]
+
+
+def test_the_world_size_of_an_elastic_role_follows_its_ranks() -> None:
+    spec = spec_from_dict(
+        {
+            "name": "j",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "roles": [
+                {
+                    "name": "t",
+                    "kind": "elastic",
+                    "entrypoint": "train.py",
+                    "elastic": {"nnodes": "1:2", "nproc_per_node": 2},
+                }
+            ],
+        }
+    )
+    state = new_state(spec)
+    backend = FakeBackend()
+    metrics = JobMetrics("j", backend)
+    metrics.observe_state(state, {})
+    assert backend.metrics["dlu_world_size"].last(dlu_job="j", role="t") == 4.0
+    for name in ("j.t.2", "j.t.3"):  # one node lost: the role shrank
+        del state.actors[name]
+    metrics.observe_state(state, {})
+    assert backend.metrics["dlu_world_size"].last(dlu_job="j", role="t") == 2.0

@@ -74,7 +74,7 @@ def test_a_role_the_spec_marks_fixed_or_bounds_is_refused_with_the_field_to_chan
     assert plan_resize(running_state(max_total=4), "workers", 4).new_size == 4
 
 
-def test_an_elastic_role_answers_that_elastic_resize_is_not_supported_yet() -> None:
+def test_an_elastic_role_of_a_fixed_size_is_refused_naming_the_fix() -> None:
     spec = build_spec(
         [{"name": "train", "kind": "elastic", "entrypoint": "train.py", "elastic": {"nnodes": 1}}]
     )
@@ -82,7 +82,7 @@ def test_an_elastic_role_answers_that_elastic_resize_is_not_supported_yet() -> N
 
     state = new_state(spec)
     state.stage = JobStage.RUNNING
-    with pytest.raises(ScaleError, match="elastic resize is not supported yet"):
+    with pytest.raises(ScaleError, match=r"fixed size \(nnodes 1\): give elastic.nnodes a range MIN:MAX"):
         plan_resize(state, "train", 2)
 
 

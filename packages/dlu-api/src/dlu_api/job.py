@@ -30,7 +30,8 @@ class JobHandle:
         self.client.stop(self.name)
 
     def scale(self, role: str, size: int) -> dict[str, object]:
-        """Set a simple role's actor count while the job runs (see `JobClient.scale`)."""
+        """Set a simple role's actor count, or an elastic role's node count (within its nnodes
+        MIN..MAX), while the job runs (see `JobClient.scale`)."""
         return self.client.scale(self.name, role, size)
 
     def logs(self, follow: bool = False, role: str | None = None, rank: int | None = None) -> Iterator[str]:
@@ -67,7 +68,8 @@ class Job:
         return JobHandle(client.submit(self.spec), client)
 
     def scale(self, role: str, size: int, address: str | None = None) -> dict[str, object]:
-        """Set a simple role's actor count while this job runs, locally or at `address`."""
+        """Set a simple role's actor count, or an elastic role's node count (within its nnodes
+        MIN..MAX), while this job runs, locally or at `address`."""
         return connect(address).scale(self.spec.name, role, size)
 
     def run(self, address: str | None = None, on_update: StatusCallback | None = None) -> JobStatus:

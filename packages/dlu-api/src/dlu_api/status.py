@@ -46,6 +46,13 @@ class RoleStatus(BaseModel):
     inplace_restart_count: int = 0
     size: int = Field(default=0, description="Actors the role has now (after any `dlu scale`).")
     resize_count: int = 0
+    nodes: int | None = Field(default=None, description="An elastic role's nodes now.")
+    min_nodes: int | None = Field(default=None, description="An elastic role's MIN (nnodes MIN:MAX).")
+    max_nodes: int | None = Field(default=None, description="An elastic role's MAX (nnodes MIN:MAX).")
+    pending_nodes: int | None = Field(
+        default=None,
+        description="Nodes an elastic role still asks Ray for, to reach MAX (or the node count `dlu scale` set).",
+    )
     actors: list[ActorStatus] = Field(default_factory=list[ActorStatus])
 
 

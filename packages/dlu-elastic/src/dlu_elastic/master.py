@@ -62,6 +62,7 @@ class ElasticMaster(SubMaster):
         self._timer_lock = threading.Lock()  # not self._lock: held across a PrimeMaster call
         self._metrics: Any = None  # JobMetrics, created on first use (it imports Ray's metrics)
         self._metrics_refreshed = 0.0
+        self._members: list[int] | None = None  # ranks of the role now, once a resize said so
         servicer = ElasticServicer(
             self.rendezvous, on_heartbeat=self._on_heartbeat, on_failure=self._on_failure
         )
@@ -92,8 +93,22 @@ class ElasticMaster(SubMaster):
         if not verdict.ok:
             raise RuntimeError(f"node check failed: {verdict.summary()}")
 
-    def _node_check(self, settings: NodeCheckSettings) -> NodeCheckVerdict:
-        leaders = self._node_leaders()
+    def check_nodes(self, ranks: list[int]) -> None:
+        """A resize adds these ranks: their nodes pass the node check before they join."""
+        settings = self.elastic.node_check
+        if not settings.enabled:
+            return
+        nproc = self.elastic.nproc_per_node
+        wanted = {f"node-{rank // nproc}" for rank in ranks}
+        leaders = {node: handle for node, handle in self._node_leaders(ranks).items() if node in wanted}
+        verdict = self._node_check(settings, leaders)
+        if not verdict.ok:
+            raise RuntimeError(f"node check of the new node(s) failed: {verdict.summary()}")
+
+    def _node_check(
+        self, settings: NodeCheckSettings, leaders: dict[str, Any] | None = None
+    ) -> NodeCheckVerdict:
+        leaders = self._node_leaders() if leaders is None else leaders
         nodes = sorted(leaders)
         round1 = self._check_round(1, pair_round1(nodes), leaders, settings)
         pairs2 = pair_round2(round1, settings)
@@ -116,11 +131,74 @@ class ElasticMaster(SubMaster):
         ranks = [int(node.split("-")[1]) * nproc + local for node in nodes for local in range(nproc)]
         return [actor_name(self.job, self.role, rank) for rank in ranks]
 
-    def _node_leaders(self) -> dict[str, Any]:
-        """One worker per node (local rank 0 of each group) runs the probe for its node."""
+    def _node_leaders(self, ranks: list[int] | None = None) -> dict[str, Any]:
+        """One worker per node (its lowest rank) runs the probe for its node."""
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, actor_name
+
         nproc = self.elastic.nproc_per_node
-        workers = self.workers
-        return {f"node-{rank // nproc}": workers[rank] for rank in range(0, self.world_size, nproc)}
+        leaders: dict[str, int] = {}
+        for rank in sorted(self.member_ranks() if ranks is None else ranks):
+            leaders.setdefault(f"node-{rank // nproc}", rank)
+        return {
+            node: ray.get_actor(actor_name(self.job, self.role, rank), namespace=NAMESPACE)
+            for node, rank in leaders.items()
+        }
+
+    # membership --------------------------------------------------------------------------------
+    def member_ranks(self) -> list[int]:
+        """The role's ranks now: all of them for a fixed size; for a MIN:MAX range the ones the
+        PrimeMaster's state has (it starts with the nodes Ray could place, and resizes)."""
+        if self._members is not None:
+            return list(self._members)
+        if self.elastic.min_nodes == self.elastic.max_nodes:
+            return list(range(self.world_size))
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, master_name
+
+        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        status: Any = ray.get(master.status.remote(0), timeout=30)
+        role = next(r for r in status["roles"] if r["name"] == self.role)
+        return sorted(int(a["rank"]) for a in role["actors"] if int(a["rank"]) >= 0)
+
+    @property
+    def workers(self) -> list[Any]:
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, actor_name
+
+        return [
+            ray.get_actor(actor_name(self.job, self.role, r), namespace=NAMESPACE)
+            for r in self.member_ranks()
+        ]
+
+    def resize_members(self, ranks: list[int], new_ranks: list[int], timeout_s: float) -> int | None:
+        """Re-form training around these ranks in place (tier 1's mechanism): a new round that
+        expects exactly their agents; running ranks see their heartbeat refused as stale, stop
+        their process and join again (no actor restarts); `new_ranks` are started and join.
+        Waits for the round; returns its world size, or None when it did not complete in time."""
+        import ray
+
+        from dlu_elastic.rendezvous.state import StaleRoundError
+        from dlu_prime.naming import NAMESPACE, actor_name
+
+        names = [actor_name(self.job, self.role, r) for r in sorted(ranks)]
+        with self._lock:
+            self._members = sorted(ranks)
+            new_round = self.rendezvous.restart_with(names)
+            self._joined_round = -1
+        with self._timer_lock:
+            self._inplace.cancel()
+        logger.info("role %s: resized to ranks %s (round %d)", self.role, sorted(ranks), new_round)
+        starting = [ray.get_actor(actor_name(self.job, self.role, r), namespace=NAMESPACE) for r in new_ranks]
+        ray.get([w.start.remote() for w in starting], timeout=timeout_s)
+        try:
+            done = self.rendezvous.wait_complete(timeout_s, new_round)
+        except StaleRoundError:
+            return None  # a failure restarted training again meanwhile: it re-forms by itself
+        return None if done is None else done.world_size
 
     def _check_round(
         self,
@@ -156,6 +234,10 @@ class ElasticMaster(SubMaster):
 
     # training ----------------------------------------------------------------------------------
     def start(self) -> None:
+        from dlu_prime.naming import actor_name
+
+        # the first round completes once the placed ranks joined (no grace wait below MAX)
+        self.rendezvous.expect(actor_name(self.job, self.role, r) for r in self.member_ranks())
         self.call_workers("start")
 
     def recover_running(self) -> None:
@@ -189,7 +271,7 @@ class ElasticMaster(SubMaster):
     def _ranks(self) -> list[str]:
         from dlu_prime.naming import actor_name
 
-        return [actor_name(self.job, self.role, rank) for rank in range(self.world_size)]
+        return [actor_name(self.job, self.role, rank) for rank in self.member_ranks()]
 
     def _on_heartbeat(self, request: pb.HeartbeatRequest) -> int:
         now = time.monotonic()

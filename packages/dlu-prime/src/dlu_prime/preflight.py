@@ -27,7 +27,13 @@ from dlu_api.spec.torchrun import parse_torchrun
 from dlu_api.spec.units import format_amount
 from dlu_prime import machine
 from dlu_prime.roles import sub_master_path
-from dlu_prime.scheduler.placement import actor_options, master_options, plan_placement
+from dlu_prime.scheduler.placement import (
+    actor_options,
+    is_node_grouped,
+    master_options,
+    node_group_name,
+    plan_placement,
+)
 
 MASTER = "the PrimeMaster"
 CLUSTER_HINT = "run it on a cluster (`dlu run --address http://HEAD:8265`)"
@@ -134,7 +140,16 @@ class Demand:
 
 def job_demand(spec: JobSpec) -> Demand:
     demand = Demand()
+    # An elastic role with a MIN:MAX range starts with MIN nodes: that is what it needs.
+    beyond_min = {
+        node_group_name(r.name, k)
+        for r in spec.roles
+        if r.elastic is not None and is_node_grouped(spec, r)
+        for k in range(r.elastic.min_nodes, r.elastic.max_nodes)
+    }
     for group in plan_placement(spec).groups:
+        if group.name in beyond_min:
+            continue
         for bundle in group.bundles:
             for name, amount in bundle.resources.items():
                 demand.total[name] = demand.total.get(name, 0.0) + amount
@@ -146,7 +161,10 @@ def job_demand(spec: JobSpec) -> Demand:
         per_actor["memory"] = float(options.get("memory", 0))
         for name, amount in per_actor.items():
             if amount > 0:
-                demand.by_source.setdefault(name, {})[f"roles[{role.name}]"] = role.total * amount
+                count = role.total
+                if role.elastic is not None and is_node_grouped(spec, role):
+                    count = role.elastic.min_nodes * role.per_group
+                demand.by_source.setdefault(name, {})[f"roles[{role.name}]"] = count * amount
     master = master_options(spec)
     master_needs: dict[str, float] = {"CPU": float(master.get("num_cpus", 0.0)), **master["resources"]}
     if master.get("memory"):

@@ -401,11 +401,16 @@ def debug(
 @app.command()
 def scale(
     job: Annotated[str, typer.Argument(help="Job name.")],
-    role: Annotated[str, typer.Argument(help="A simple role of the job.")],
-    size: Annotated[int, typer.Argument(help="Its new actor count (>= 1).")],
+    role: Annotated[
+        str, typer.Argument(help="A simple role of the job, or an elastic one with nnodes MIN:MAX.")
+    ],
+    size: Annotated[
+        int, typer.Argument(help="Its new actor count (>= 1); for an elastic role its node count, MIN..MAX.")
+    ],
     address: AddressOpt = None,
 ) -> None:
-    """Resize a simple role of a running job: new actors start, surplus ones (highest ranks) stop."""
+    """Resize a role of a running job: a simple role's new actors start, surplus ones (highest
+    ranks) stop; an elastic role gets N nodes (MIN..MAX) and re-forms training in place."""
     if size < 1:
         raise _fail(f"size {size} is not allowed: give a whole number >= 1")
     try:

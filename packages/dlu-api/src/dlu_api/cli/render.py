@@ -27,6 +27,9 @@ def role_line(role: RoleStatus, with_step: bool = False) -> str:
     step = f", step {max(steps)}" if with_step and steps else ""
     size = f"size {role.size}, " if role.size else ""
     resized = f", {role.resize_count} resize(s)" if role.resize_count else ""
+    if role.nodes is not None and role.min_nodes is not None and role.max_nodes is not None:
+        size = f"nodes {role.nodes} (min {role.min_nodes}, max {role.max_nodes}"
+        size += f", {role.pending_nodes} pending), " if role.pending_nodes else "), "
     return f"  {role.name} ({role.kind}): {size}{stage_text}{restarts}{resized}{step}"
 
 

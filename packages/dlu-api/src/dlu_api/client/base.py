@@ -150,7 +150,8 @@ class JobClient(ABC):
         raise ClusterError(f"{type(self).__name__} does not support `dlu debug` yet")
 
     def scale(self, name: str, role: str, size: int) -> dict[str, object]:
-        """Set a simple role's actor count (`dlu scale`); waits for the resize to end. The answer
+        """Set a simple role's actor count, or an elastic role's node count (`dlu scale`); waits
+        for the resize to end. The answer
         has old_size, new_size, done, failed and the resize event's message.
 
         Raises:

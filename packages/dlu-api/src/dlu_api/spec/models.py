@@ -134,6 +134,24 @@ class ElasticSettings(_Model):
         ge=0,
         description="With a MIN:MAX range, how long to wait for MAX nodes once MIN have joined.",
     )
+    start_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="With a MIN:MAX range, how long the job waits for Ray to place MAX nodes before it "
+        "starts with the nodes it has (at least MIN; fewer: it stops, saying what was missing).",
+    )
+    replace_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="With a MIN:MAX range, how long a node's ranks may stay unplaceable (Ray restarting "
+        "them) before the node counts as lost for good and the role shrinks in place.",
+    )
+    resize_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="With a MIN:MAX range, the least time between two automatic resizes of the role "
+        "(a flapping node cannot make it thrash).",
+    )
 
     @field_validator("nnodes", mode="before")
     @classmethod
@@ -176,7 +194,9 @@ class RoleSpec(_Model):
     )
     is_driver: bool = Field(default=True, description="The job ends when every driver role has finished.")
     resizable: bool = Field(
-        default=True, description="`dlu scale` may change the actor count of this (simple) role."
+        default=True,
+        description="`dlu scale` may change the size of this role: the actor count of a simple role, "
+        "the node count (within MIN..MAX) of an elastic one.",
     )
     max_total: int | None = Field(
         default=None, ge=1, description="The largest actor count `dlu scale` may set; unset: no bound."

@@ -327,6 +327,21 @@ class Rendezvous:
             self._start_round(survivors)
             return self._round.number
 
+    def expect(self, members: Iterable[str]) -> None:
+        """The open round completes once these agents joined (at least `min_nodes`): the
+        master knows who is placed, so a start below `max_nodes` need not wait `grace_s`."""
+        with self._cond:
+            if self._round.assignment is None:
+                self._round.expected = frozenset(members)
+                self._advance(self._clock())
+
+    def restart_with(self, members: Iterable[str]) -> int:
+        """Start the next round expecting exactly `members` (the role was resized: agents that
+        left are dropped, new ones are expected). Returns the new round."""
+        with self._cond:
+            self._start_round(frozenset(members))
+            return self._round.number
+
     def snapshot(self) -> RendezvousSnapshot:
         with self._cond:
             self._advance(self._clock())

@@ -111,7 +111,7 @@ class PrimeMaster:
                 "new_size": size,
                 "done": True,
                 "failed": False,
-                "message": f"already {size} actor(s); nothing to do",
+                "message": f"already {size} {'node' if plan.nodes is not None else 'actor'}(s); nothing to do",
             }
         done = self.manager.resizer.wait(wait_s)
         ended = [e for e in self.manager.state.events if e.role == role and e.kind.startswith("resize_")]

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from dlu_api.status import JobEvent, JobStage
 from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict, Recovery
 from dlu_prime.master.monitor import Assessment
-from dlu_prime.master.resize import ResizeBegan, ResizeEnded, resize_began, resize_ended
+from dlu_prime.master.resize import (
+    ResizeBegan,
+    ResizeEnded,
+    StartedWithout,
+    TargetSet,
+    resize_began,
+    resize_ended,
+    started_without,
+    target_set,
+)
 from dlu_prime.master.state import (
     ActorStage,
     ChannelRecord,
@@ -180,6 +189,8 @@ Change = (
     | ActorsClosed
     | ResizeBegan
     | ResizeEnded
+    | StartedWithout
+    | TargetSet
 )
 
 
@@ -310,6 +321,12 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             role = state.resize.role if state.resize is not None else None
             for kind, message, took in resize_ended(state, change, now):
                 note(Note(kind, message, role=role, duration_s=took))
+        case StartedWithout():
+            for kind, message, _ in started_without(state, change):
+                note(Note(kind, message))
+        case TargetSet():
+            for kind, message, _ in target_set(state, change):
+                note(Note(kind, message, role=change.role))
     return out
 
 

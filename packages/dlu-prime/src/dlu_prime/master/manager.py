@@ -34,6 +34,7 @@ from dlu_prime.master.changes import (
     apply_change,
 )
 from dlu_prime.master.debug import DebugTools
+from dlu_prime.master.elastic_resize import ElasticResizer, unplaced_elastic
 from dlu_prime.master.hooks import failover_metrics, log_stage
 from dlu_prime.master.lifecycle import (
     ALLOWED,
@@ -102,6 +103,7 @@ class PrimeManager:
         self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
         self.recovery = FailoverRunner(self, sub_master_timeout_s)
         self.resizer = ResizeRunner(self)  # `dlu scale`: requests saved here, run by `run`'s loop
+        self.elastic = ElasticResizer(self)  # elastic roles with a MIN:MAX range: shrink and grow
         self.checks = SetupChecks(self)
         self.registry = Registry(self)
         self.debug = DebugTools(self)
@@ -297,6 +299,7 @@ class PrimeManager:
             while self.state.stage is JobStage.RUNNING:
                 self.flush()
                 self.resizer.resume()  # a saved `dlu scale` (also one a previous PrimeMaster began)
+                self.elastic.tick(self.clock())
                 self.monitor_once()
                 if self.state.stage is JobStage.RUNNING:
                     self._wake.wait(self.state.spec.health.monitor_interval_s)
@@ -314,10 +317,11 @@ class PrimeManager:
 
     def prepare(self) -> None:
         """INIT -> READY: place and create actors, run their self checks and the SubMasters' checks."""
-        names = list(self.state.actors)
         try:
             nodes = self.scheduler.prepare()
-            self.apply(ActorsPlaced(nodes, note=Note("actors_created", f"{len(nodes)} actor(s) placed")))
+            placed = Note("actors_created", f"{len(nodes)} actor(s) placed")
+            self.apply(ActorsPlaced(nodes, note=placed), *unplaced_elastic(self.state, nodes))
+            names = list(self.state.actors)
             if self._stop_request is not None:
                 self.finish(EXIT_STOPPED, self._stop_request)
                 return
@@ -365,7 +369,7 @@ class PrimeManager:
         busy = resizing(self.state)  # being created or stopped by a resize: not judged
         observations = self.scheduler.poll([n for n in self.state.actors if n not in busy])
         now = self.clock()
-        result = self.step(observations, now)
+        result = self.elastic.intercept(self.step(observations, now), observations, now)
         if result.stage_changes or result.node_changes or result.failures or result.errors_seen:
             self.apply(Observed(result))
         if self.metrics is not None:

@@ -22,8 +22,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
-from dlu_prime.master.state import SUB_MASTER_RANK, JobState
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState, role_size
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +166,11 @@ class JobMetrics:
                 FAILOVER_BOUNDARIES_S,
                 ("dlu_job", "tier"),
             )
+            self._world_size = metrics.gauge(
+                "dlu_world_size",
+                "an elastic role's training world size now (its ranks; follows every resize)",
+                ("dlu_job", "role"),
+            )
             self._node_score = metrics.gauge(
                 "dlu_node_check_score_seconds",
                 "a node's node-check time (its best round)",
@@ -211,6 +217,9 @@ class JobMetrics:
                     oldest[found.role] = max(age, oldest.get(found.role, 0.0))
             for role, age in oldest.items():
                 self._heartbeat_age.record(age, {**job, "role": role})
+            for spec in state.spec.roles:
+                if spec.kind is RoleKind.ELASTIC:
+                    self._world_size.record(float(role_size(state, spec.name)), {**job, "role": spec.name})
 
         self._safely("the job state", record)
 

@@ -6,8 +6,9 @@ any actor is touched) and adds the new actors' records; `ResizeEnded` drops the 
 records and clears the in-flight record. `resizer.ResizeRunner` does the I/O in between, and
 finishes a saved resize after a PrimeMaster restart.
 
-Only simple roles are resized, one actor per rank (surplus ranks stop highest first). The record
-keeps a `nodes` slot so an elastic resize (node counts) can be added without a schema change.
+Simple roles are resized one actor per rank (surplus ranks stop highest first). Elastic roles
+with a MIN:MAX range are resized a node at a time (`elastic_policy`): their plans and records
+carry `nodes`, the node count after the resize, and their sizes are node counts.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState, ResizeRecord, role_size
 from dlu_prime.naming import actor_name
-
-ELASTIC_UNSUPPORTED = "elastic resize is not supported yet"
 
 EventSpec = tuple[str, str, float | None]
 """(kind, message, duration_s) of an event a resize change records."""
@@ -39,6 +38,7 @@ class ResizePlan:
     new_size: int
     added: tuple[tuple[str, int], ...] = ()
     removed: tuple[str, ...] = ()
+    nodes: int | None = None  # an elastic role's node count after it (sizes are node counts)
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class ResizeBegan:
 
     plan: ResizePlan
     cause: str = "dlu scale"
+    forgiven: int = 0  # in-place restarts of the role that were this node loss's effect: uncounted
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,45 @@ class ResizeEnded:
     requeued: Mapping[str, Sequence[int]] = field(default_factory=dict[str, Sequence[int]])
 
 
+@dataclass(frozen=True)
+class StartedWithout:
+    """Elastic roles start with the nodes Ray placed: the other nodes' actors are not created
+    (their placement groups stay asked for, and the role grows onto them when placed)."""
+
+    names: tuple[str, ...]
+    message: str
+
+
+def started_without(state: JobState, change: StartedWithout) -> list[EventSpec]:
+    for name in change.names:
+        state.actors.pop(name, None)
+    return [("elastic_start", change.message, None)]
+
+
+@dataclass(frozen=True)
+class TargetSet:
+    """`dlu scale` asked an elastic role for the node count it has: nothing to resize, but the
+    role keeps that count from now on (no growth back to MAX)."""
+
+    role: str
+    nodes: int
+
+
+def target_set(state: JobState, change: TargetSet) -> list[EventSpec]:
+    record = state.roles[change.role]
+    if record.target_nodes == change.nodes:
+        return []
+    record.target_nodes = change.nodes
+    return [("resize_target", f"keeps {change.nodes} node(s) (dlu scale)", None)]
+
+
 def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
     """Judge `dlu scale JOB ROLE SIZE` against the spec and the state. Pure.
 
     Raises:
         ScaleError: the job is not running, a resize or failover is in flight, the role is
-            unknown, elastic, custom or not resizable, or the size is out of bounds.
+            unknown, custom, collocated or not resizable, or the size is out of bounds (for an
+            elastic role a node count outside MIN..MAX).
     """
     job = state.job
     if state.stage is not JobStage.RUNNING:
@@ -72,15 +106,17 @@ def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
     if role not in names:
         raise ScaleError(f"job {job} has no role {role!r}; its roles are {', '.join(names)}")
     spec = state.spec.role(role)
-    if spec.kind is RoleKind.ELASTIC:
-        raise ScaleError(f"role {role!r} of job {job} is elastic: {ELASTIC_UNSUPPORTED}")
-    if spec.kind is not RoleKind.SIMPLE:
-        raise ScaleError(f"role {role!r} of job {job} is {spec.kind.value}: only simple roles can be scaled")
+    if spec.kind is not RoleKind.SIMPLE and spec.kind is not RoleKind.ELASTIC:
+        raise ScaleError(
+            f"role {role!r} of job {job} is {spec.kind.value}: only simple and elastic roles can be scaled"
+        )
     if not spec.resizable:
         raise ScaleError(
             f"role {role!r} of job {job} is not resizable (resizable: false in its spec); "
             "set resizable: true and submit the job again to scale it"
         )
+    if spec.kind is RoleKind.ELASTIC:
+        return _elastic_plan(state, role, size)
     together = state.spec.collocation_of(role)
     if together is not None:
         mates = ", ".join(state.spec.collocations[together].roles)
@@ -95,14 +131,7 @@ def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
             f"size {size} for role {role!r} is above its max_total={spec.max_total}: give at most "
             f"{spec.max_total}, or raise roles[{role}].max_total and submit the job again"
         )
-    if state.resize is not None:
-        busy = state.resize
-        raise ScaleError(
-            f"job {job} is already resizing role {busy.role!r} ({busy.old_size} -> {busy.new_size}); "
-            "try again when it is done (`dlu status` shows the sizes)"
-        )
-    if state.failover is not None:
-        raise ScaleError(f"job {job} is recovering from a failure; try `dlu scale` again when it is done")
+    _not_busy(state)
     ranks = sorted(a.rank for a in state.actors.values() if a.role == role and a.rank != SUB_MASTER_RANK)
     old = len(ranks)
     if size >= old:
@@ -112,6 +141,32 @@ def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
     by_rank = {a.rank: n for n, a in state.actors.items() if a.role == role and a.rank != SUB_MASTER_RANK}
     removed = tuple(by_rank[r] for r in sorted(ranks, reverse=True)[: old - size])
     return ResizePlan(role, old, size, removed=removed)
+
+
+def _elastic_plan(state: JobState, role: str, size: int) -> ResizePlan:
+    from dlu_prime.master.elastic_policy import plan_elastic_scale  # it builds on this module
+
+    if state.spec.collocation_of(role) is not None:
+        raise ScaleError(
+            f"role {role!r} of job {state.job} is collocated: collocated roles keep the size of their "
+            "spec; take it out of `collocations` to scale it"
+        )
+    plan = plan_elastic_scale(state, role, size)
+    if plan.added or plan.removed:
+        _not_busy(state)
+    return plan
+
+
+def _not_busy(state: JobState) -> None:
+    job = state.job
+    if state.resize is not None:
+        busy = state.resize
+        raise ScaleError(
+            f"job {job} is already resizing role {busy.role!r} ({busy.old_size} -> {busy.new_size}); "
+            "try again when it is done (`dlu status` shows the sizes)"
+        )
+    if state.failover is not None:
+        raise ScaleError(f"job {job} is recovering from a failure; try `dlu scale` again when it is done")
 
 
 def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[EventSpec]:
@@ -125,12 +180,29 @@ def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[Event
         started_at=now,
         added=[name for name, _ in plan.added],
         removed=list(plan.removed),
+        nodes=plan.nodes,
     )
-    state.roles[plan.role].resize_count += 1
+    role = state.roles[plan.role]
+    role.resize_count += 1
+    forgiven = min(change.forgiven, role.inplace_restart_count)
+    role.inplace_restart_count -= forgiven
+    if plan.nodes is not None and change.cause == "dlu scale":
+        role.target_nodes = plan.nodes  # the role aims at this node count from now on
     for name, rank in plan.added:
         state.actors.setdefault(name, ActorRecord(name=name, role=plan.role, rank=rank))
-    message = f"resize {plan.old_size} -> {plan.new_size} ({change.cause})"
-    return [("resize_started", message, None)]
+    uncounted = f"; {forgiven} in-place restart(s) it caused not counted" if forgiven else ""
+    return [("resize_started", f"{_what(state, state.resize)} ({change.cause}{uncounted})", None)]
+
+
+def _what(state: JobState, record: ResizeRecord) -> str:
+    """'resize 2 -> 1 node(s), world 4 -> 2' for an elastic role; 'resize 2 -> 6' for a simple one."""
+    if record.nodes is None:
+        return f"resize {record.old_size} -> {record.new_size}"
+    per = state.spec.role(record.role).per_group
+    return (
+        f"resize {record.old_size} -> {record.new_size} node(s), "
+        f"world {record.old_size * per} -> {record.new_size * per}"
+    )
 
 
 def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[EventSpec]:
@@ -144,7 +216,9 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
     for name in gone:
         state.actors.pop(name, None)
     took = now - record.started_at
-    what = f"resize {record.old_size} -> {record.new_size} ({record.cause})"
+    if record.nodes is not None:
+        state.roles[record.role].last_resize_at = now
+    what = f"{_what(state, record)} ({record.cause})"
     handed_back: list[EventSpec] = [
         ("shards_requeued", f"shard queue {queue!r}: shards {list(ids)} of stopped actors back in todo", None)
         for queue, ids in sorted(change.requeued.items())
@@ -153,6 +227,8 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
     if change.error is None:
         return [*handed_back, ("resize_done", f"{what} done in {took:.2f}s", took)]
     size = role_size(state, record.role)
+    if record.nodes is not None:
+        size = size // state.spec.role(record.role).per_group
     return [
         *handed_back,
         ("resize_failed", f"{what} failed after {took:.2f}s, role left at {size}: {change.error}", took),

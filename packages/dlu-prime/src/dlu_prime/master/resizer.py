@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from dlu_prime.master.changes import ActorsPlaced
 from dlu_prime.master.lifecycle import FencedError, start_targets
-from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, plan_resize
+from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, TargetSet, plan_resize
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, role_size
 
 if TYPE_CHECKING:
@@ -50,8 +50,13 @@ class ResizeRunner:
         with m.lock:
             plan = plan_resize(m.state, role, size)
             if not plan.added and not plan.removed:
+                if plan.nodes is not None and cause == "dlu scale":
+                    m.apply(TargetSet(role, plan.nodes))
                 return plan
             m.apply(ResizeBegan(plan, cause))
+            if plan.nodes is not None:
+                m.wake()
+                return plan
             # known at once, so a failover that replaces one of them before the resize runs can
             m.scheduler.know(role, [rank for _, rank in plan.added], plan.new_size)
         m.wake()
@@ -73,6 +78,11 @@ class ResizeRunner:
         m = self._manager
         record = m.state.resize
         if record is None:
+            return
+        if record.nodes is not None:  # an elastic role's: node counts, through its SubMaster
+            m.elastic.run(record)
+            with self._done:
+                self._done.notify_all()
             return
         error: str | None = None
         requeued: dict[str, list[int]] = {}

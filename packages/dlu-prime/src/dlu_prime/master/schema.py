@@ -128,6 +128,10 @@ def migrate_3_to_4(document: Document) -> Document:
     out["first_failure"] = next(
         (copy.deepcopy(e) for e in events if e.get("kind") in _V4_FAILURE_KINDS), None
     )
+    # Optional fields added within version 4 (a version-4 document without them reads the
+    # same): written out, so that every field of the current shape is there after a migration.
+    for role in _records(out, "roles"):
+        _fill(role, {"target_nodes": None, "last_resize_at": None})
     out["schema_version"] = 4
     return out
 

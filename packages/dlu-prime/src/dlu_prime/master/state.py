@@ -78,6 +78,12 @@ class RoleRecord(BaseModel):
         description="Role restarts since the last job-level restart; at escalate_after it goes global.",
     )
     resize_count: int = Field(default=0, description="Resizes begun (`dlu scale`), counted when saved.")
+    target_nodes: int | None = Field(
+        default=None, description="An elastic role's node count set by `dlu scale`; unset: its MAX."
+    )
+    last_resize_at: float | None = Field(
+        default=None, description="When an elastic role's last resize ended (resize_interval_s)."
+    )
 
 
 class Tier(StrEnum):
@@ -235,8 +241,20 @@ class JobState(BaseModel):
                 )
                 for a in members
             ]
+            nodes: dict[str, int | None] = {}
+            elastic = spec_role.elastic
+            if elastic is not None:
+                have = len({a.rank // spec_role.per_group for a in workers})
+                target = record.target_nodes if record is not None and record.target_nodes else None
+                nodes = {
+                    "nodes": have,
+                    "min_nodes": elastic.min_nodes,
+                    "max_nodes": elastic.max_nodes,
+                    "pending_nodes": max(0, (target or elastic.max_nodes) - have),
+                }
             roles.append(
                 RoleStatus(
+                    **nodes,
                     name=spec_role.name,
                     kind=spec_role.kind.value,
                     restart_count=record.restart_count if record else 0,

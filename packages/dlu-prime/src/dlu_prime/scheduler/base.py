@@ -158,6 +158,21 @@ class Scheduler(ABC):
         """
         raise SchedulingError(f"{type(self).__name__} cannot resize roles")
 
+    def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
+        """Which of these nodes (0-based) of an elastic role with a MIN:MAX range have their
+        placement group placed now (waiting up to `wait_s`); a group not yet asked for is asked
+        for. A scheduler that cannot tell: all of them."""
+        return list(nodes)
+
+    def drop_actors(self, names: Sequence[str]) -> None:
+        """Remove these actors at once, without asking them to stop (their node is lost), and
+        keep their placement groups asked for. Idempotent."""
+        raise SchedulingError(f"{type(self).__name__} cannot resize roles")
+
+    def remove_node_groups(self, role: str, nodes: Sequence[int]) -> None:
+        """Give back the placement groups of these nodes of an elastic role. Idempotent."""
+        return None
+
     def know(self, role: str, ranks: Sequence[int], world_size: int) -> None:
         """Actors a resize added earlier (found in the state by a restarted PrimeMaster), so a
         later restart recreates them where they belong. A scheduler that cannot resize: nothing."""

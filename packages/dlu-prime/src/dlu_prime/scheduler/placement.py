@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dlu_api.spec.models import JobSpec, RoleSpec
+from dlu_api.spec.models import JobSpec, RoleKind, RoleSpec
 from dlu_api.spec.units import format_resources
 from dlu_prime import naming
 
@@ -169,9 +169,27 @@ def _groups(spec: JobSpec) -> Iterator[tuple[str, list[RoleSpec]]]:
             yield "+".join(r.name for r in roles), roles
 
 
+def is_node_grouped(spec: JobSpec, role: RoleSpec) -> bool:
+    """An elastic role with a MIN:MAX range (outside any collocation) is placed one placement
+    group per node, so it can start, shrink and grow a node at a time."""
+    return (
+        role.kind is RoleKind.ELASTIC
+        and role.elastic is not None
+        and role.elastic.min_nodes < role.elastic.max_nodes
+        and spec.collocation_of(role.name) is None
+    )
+
+
+def node_group_name(role: str, node: int) -> str:
+    """The group of node `node` (0-based) of a node-grouped elastic role."""
+    return f"{role}{naming.SEP}node{node}"
+
+
 def _actors(spec: JobSpec, role: RoleSpec, group: str) -> Iterator[ActorPlan]:
-    """Node-major ranks: bundle k holds ranks k*per_group .. (k+1)*per_group-1."""
+    """Node-major ranks: bundle k holds ranks k*per_group .. (k+1)*per_group-1 (or, for a
+    node-grouped role, the one bundle of node k's own group)."""
     options = actor_options(role, spec)
+    per_node = is_node_grouped(spec, role)
     for rank in range(role.total):
         node_rank, local_rank = divmod(rank, role.per_group)
         yield ActorPlan(
@@ -182,8 +200,8 @@ def _actors(spec: JobSpec, role: RoleSpec, group: str) -> Iterator[ActorPlan]:
             local_rank=local_rank,
             local_world_size=role.per_group,
             node_rank=node_rank,
-            group=group,
-            bundle_index=node_rank,
+            group=node_group_name(role.name, node_rank) if per_node else group,
+            bundle_index=0 if per_node else node_rank,
             options={**options, "resources": dict(options["resources"])},
         )
 
@@ -192,7 +210,8 @@ def plan_placement(spec: JobSpec) -> PlacementPlan:
     """The placement groups and actors of `spec`, deterministic for a given spec.
 
     One group per collocation and one per other role; a group has total / per_group bundles
-    (collocated roles share total and per_group, which `dlu_api.spec.rules` checks).
+    (collocated roles share total and per_group, which `dlu_api.spec.rules` checks). An elastic
+    role with a MIN:MAX range instead has one group of one bundle per node (`is_node_grouped`).
     Actors come in role order, then rank order.
     """
     groups: list[GroupPlan] = []
@@ -200,6 +219,19 @@ def plan_placement(spec: JobSpec) -> PlacementPlan:
     for name, roles in _groups(spec):
         resources = bundle_resources(roles, spec)
         count = roles[0].total // roles[0].per_group
+        if is_node_grouped(spec, roles[0]):
+            groups.extend(
+                GroupPlan(
+                    name=node_group_name(name, k),
+                    pg_name=naming.placement_group_name(spec.name, node_group_name(name, k)),
+                    strategy=str(spec.placement_strategy),
+                    roles=(name,),
+                    bundles=(BundlePlan(index=0, resources=dict(resources)),),
+                )
+                for k in range(count)
+            )
+            actors[name] = list(_actors(spec, roles[0], name))
+            continue
         groups.append(
             GroupPlan(
                 name=name,

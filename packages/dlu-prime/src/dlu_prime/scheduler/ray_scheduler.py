@@ -26,15 +26,18 @@ from dlu_prime.roles import sub_master_path, worker_actor_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
 from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
+from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
     ISOLATION_AMOUNT,
     ActorPlan,
     GroupPlan,
     PlacementPlan,
+    node_group_name,
     plan_placement,
     scaled_actor,
     unplaced_message,
 )
+from dlu_prime.scheduler.ray_queries import dead_nodes, requeue_shards
 from dlu_prime.scheduler.worker_info import worker_info
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.submaster import SubMasterActor
@@ -100,6 +103,7 @@ class RayScheduler(Scheduler):
         self._sub_master_roles = {
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
+        self.node_groups = NodeGroups(spec, self.plan, self._placement_group)
 
     # placement -------------------------------------------------------------------------------
     def _placement_group(self, group_name: str) -> PlacementGroup:
@@ -202,10 +206,16 @@ class RayScheduler(Scheduler):
         return self._handles[name]
 
     def prepare(self) -> dict[str, str | None]:
-        self._wait_placement()
-        for plan in self.plan.actors:
+        per_node = self.node_groups.names()
+        self._wait_placement([g for g in self.plan.groups if g.name not in per_node])
+        starts, problem = self.node_groups.wait_start()
+        if problem is not None:
+            raise SchedulingError(problem)
+        skipped = self.node_groups.not_started(starts)  # nodes not placed in time: still asked for
+        plans = [a for a in self.plan.actors if a.name not in skipped]
+        for plan in plans:
             self._handles[plan.name] = self._create_actor(plan)
-        names = [a.name for a in self.plan.actors]
+        names = [a.name for a in plans]
         for role in self.spec.roles:
             path = sub_master_path(role)
             if path is not None:
@@ -359,25 +369,26 @@ class RayScheduler(Scheduler):
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
 
-    def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
-        from dlu_prime.runtime.sharding import ShardQueue
+    def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
+        return self.node_groups.placed(role, nodes, wait_s)
 
-        out: dict[str, list[int]] = {}
-        for name in queues:
-            queue = ShardQueue.open(self.spec.name, name)
-            ids = [shard for worker in workers for shard in queue.requeue(worker)]
-            if ids:
-                out[name] = ids
-        return out
+    def drop_actors(self, names: Sequence[str]) -> None:
+        for name in names:
+            with contextlib.suppress(ValueError):  # already gone
+                ray.kill(self.handle(name), no_restart=True)
+            self._handles.pop(name, None)
+            self._gpu_ids.pop(name, None)
+
+    def remove_node_groups(self, role: str, nodes: Sequence[int]) -> None:
+        for k in nodes:
+            self._groups.pop(node_group_name(role, k), None)
+        self.node_groups.remove(role, nodes)
+
+    def requeue_shards(self, queues: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
+        return requeue_shards(self.spec.name, queues, workers)
 
     def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
-        wanted = set(node_ids)
-        try:
-            nodes = ray.nodes()
-        except RayError as exc:
-            logger.warning("could not list Ray's nodes: %s", exc)
-            return set()
-        return {str(n["NodeID"]) for n in nodes if str(n.get("NodeID")) in wanted and not n.get("Alive")}
+        return dead_nodes(node_ids)
 
     def stop(self, names: Sequence[str]) -> None:
         refs: list[Any] = []

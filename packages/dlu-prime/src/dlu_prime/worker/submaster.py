@@ -100,6 +100,25 @@ class SubMaster:
         self.restart_actors(names, reason)
         ray.get([ray.get_actor(n, namespace=NAMESPACE).start.remote() for n in names], timeout=120)
 
+    def resize_members(self, ranks: list[int], new_ranks: list[int], timeout_s: float) -> int | None:
+        """The role's workers are now these ranks (an elastic resize, saved by the PrimeMaster;
+        `new_ranks` are set up but not started): re-form training around them, in place. Returns
+        the world size training runs at again, or None when it did not within `timeout_s`.
+        Default: start the new ranks; nothing to re-form."""
+        import ray
+
+        ray.get(
+            [
+                ray.get_actor(actor_name(self.job, self.role, r), namespace=NAMESPACE).start.remote()
+                for r in new_ranks
+            ],
+            timeout=timeout_s,
+        )
+        return len(ranks)
+
+    def check_nodes(self, ranks: list[int]) -> None:
+        """Check the nodes of these new ranks before they join (default: nothing)."""
+
     def stop(self) -> None:
         """Called when the job stops."""
 
@@ -190,6 +209,12 @@ class SubMasterActor(WorkerActor):
 
     def failover(self, names: list[str], reason: str) -> None:
         self._impl().failover(names, reason)
+
+    def resize_members(self, ranks: list[int], new_ranks: list[int], timeout_s: float) -> int | None:
+        return self._impl().resize_members(ranks, new_ranks, timeout_s)
+
+    def check_nodes(self, ranks: list[int]) -> None:
+        self._impl().check_nodes(ranks)
 
     def stop(self) -> None:
         self._stop.set()

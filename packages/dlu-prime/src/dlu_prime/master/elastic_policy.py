@@ -1,0 +1,202 @@
+"""When an elastic role with a MIN:MAX range changes its node count: pure rules of state and time.
+
+- Shrink: a node whose ranks' actors are gone and Ray marked the node dead, or that stayed
+  unplaceable (Ray restarting them) past `elastic.replace_timeout_s`, is lost for good; with
+  the survivors still >= MIN (and no Extension to replace the node) the role shrinks to them,
+  in place, as one resize. Below MIN its failures are held until the timeout, then they go to
+  the failover ladder as any failure.
+- Grow: a node the role misses (below its target, MAX unless `dlu scale` set one) whose
+  placement group Ray placed joins, at most one automatic resize per `elastic.resize_interval_s`.
+- By hand: `dlu scale JOB ROLE N` sets the target (a node count within MIN..MAX): surplus nodes
+  stop (highest first), missing ones (lowest first) are added.
+
+`ElasticResizer` (elastic_resize.py) does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from dlu_api.spec.models import RoleKind, RoleSpec
+from dlu_api.status import JobStage
+from dlu_prime.master.resize import ResizePlan, ScaleError
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState
+from dlu_prime.naming import actor_name
+
+NODE_LOST = "node lost"
+GROWN = "capacity"  # the cause of an automatic growth
+BY_HAND = "dlu scale"
+
+
+def resizable_elastic(role: RoleSpec) -> bool:
+    """An elastic role with a MIN:MAX range: its node count changes while it runs."""
+    return (
+        role.kind is RoleKind.ELASTIC
+        and role.elastic is not None
+        and role.elastic.min_nodes < role.elastic.max_nodes
+    )
+
+
+def elastic_roles(state: JobState) -> list[RoleSpec]:
+    return [r for r in state.spec.roles if resizable_elastic(r)]
+
+
+def role_nodes(state: JobState, role: str) -> dict[int, list[str]]:
+    """Node index -> its ranks' actor names, of the role's workers in the state now."""
+    per = state.spec.role(role).per_group
+    out: dict[int, list[str]] = {}
+    for name, record in sorted(state.actors.items(), key=lambda item: item[1].rank):
+        if record.role == role and record.rank != SUB_MASTER_RANK:
+            out.setdefault(record.rank // per, []).append(name)
+    return out
+
+
+def target_nodes(state: JobState, role: str) -> int:
+    """The node count the role aims at: MAX unless `dlu scale` set one."""
+    spec = state.spec.role(role)
+    assert spec.elastic is not None
+    record = state.roles.get(role)
+    wanted = record.target_nodes if record is not None else None
+    return spec.elastic.max_nodes if wanted is None else wanted
+
+
+def _plan(state: JobState, role: str, keep: Collection[int], add: Collection[int]) -> ResizePlan:
+    spec = state.spec.role(role)
+    nodes = role_nodes(state, role)
+    removed = tuple(name for k in sorted(nodes, reverse=True) if k not in keep for name in reversed(nodes[k]))
+    added = tuple(
+        (actor_name(state.job, role, rank), rank)
+        for k in sorted(add)
+        for rank in range(k * spec.per_group, (k + 1) * spec.per_group)
+    )
+    new = len([k for k in nodes if k in keep]) + len(add)
+    return ResizePlan(role, len(nodes), new, added=added, removed=removed, nodes=new)
+
+
+def busy_reason(state: JobState) -> str | None:
+    """Why no resize can begin now (None: one can)."""
+    if state.stage is not JobStage.RUNNING:
+        return f"the job is {state.stage.value}"
+    if state.resize is not None:
+        return f"role {state.resize.role} is resizing"
+    if state.failover is not None:
+        return "a failover is in flight"
+    return None
+
+
+@dataclass(frozen=True)
+class LossVerdict:
+    """What to do about a role's nodes whose actors are gone this pass."""
+
+    shrink: ResizePlan | None = None  # survivors >= MIN: this resize
+    hold: frozenset[str] = frozenset()  # failures not judged yet (waiting for Ray or capacity)
+    lost: tuple[int, ...] = ()  # the nodes lost for good
+
+
+def judge_loss(
+    state: JobState,
+    role: str,
+    gone: Mapping[str, float],
+    dead_ray_nodes: Collection[str],
+    now: float,
+    has_extension: bool,
+) -> LossVerdict:
+    """`gone`: the role's actors that are gone or unplaceable now -> since when (this clock).
+
+    A node is lost for good when one of its actors is gone and Ray marked its Ray node dead, or
+    when it stayed gone past replace_timeout_s. With an Extension a node is never lost here (it
+    is relaunched, tier 4). Failures of gone actors are held while the node may still come back,
+    and while the role is below MIN until the timeout; then they go to the failover ladder."""
+    spec = state.spec.role(role)
+    assert spec.elastic is not None
+    if has_extension or not gone:
+        return LossVerdict()
+    timeout = spec.elastic.replace_timeout_s
+    nodes = role_nodes(state, role)
+    lost: list[int] = []
+    hold: set[str] = set()
+    for k, names in nodes.items():
+        down = [n for n in names if n in gone]
+        if not down:
+            continue
+        ray_node = {state.actors[n].node_id for n in down}
+        overdue = any(now - gone[n] > timeout for n in down)
+        if overdue or ray_node & set(dead_ray_nodes):
+            lost.append(k)
+        hold.update(down)
+    if not lost:
+        return LossVerdict(hold=frozenset(hold))
+    survivors = [k for k in nodes if k not in lost]
+    if len(survivors) >= spec.elastic.min_nodes and busy_reason(state) is None:
+        return LossVerdict(shrink=_plan(state, role, survivors, ()), hold=frozenset(hold), lost=tuple(lost))
+    # below MIN (or busy): wait for capacity up to the timeout, then the failover ladder
+    overdue_names = {n for n in hold if now - gone[n] > timeout}
+    return LossVerdict(hold=frozenset(hold - overdue_names), lost=tuple(lost))
+
+
+# A rank's collective fails the moment a peer's node dies, before the PrimeMaster can see the
+# node gone (its next poll, up to the poll timeout later): such an in-place restart was judged
+# a fault of its own. Restarts this close before the loss was seen are the loss's effect.
+POLL_LAG_S = 10.0
+
+
+def caused_by_loss(state: JobState, role: str, seen_gone_at: float) -> int:
+    """How many of the role's counted in-place restarts came after its node was lost (judged
+    from `seen_gone_at` less the monitor's lag): they are the resize's, not faults."""
+    since = seen_gone_at - state.spec.health.monitor_interval_s - POLL_LAG_S
+    return sum(1 for e in state.events if e.kind == "inplace_restart" and e.role == role and e.time >= since)
+
+
+def grow_nodes(
+    state: JobState, role: str, placed: Sequence[int], now: float, last_resize_at: float | None
+) -> ResizePlan | None:
+    """An automatic growth onto nodes Ray placed, or None (nothing placed, at the target, busy,
+    or within resize_interval_s of the role's last resize)."""
+    spec = state.spec.role(role)
+    assert spec.elastic is not None
+    nodes = role_nodes(state, role)
+    room = target_nodes(state, role) - len(nodes)
+    add = sorted(k for k in placed if k not in nodes)[: max(0, room)]
+    if not add or busy_reason(state) is not None:
+        return None
+    if last_resize_at is not None and now - last_resize_at < spec.elastic.resize_interval_s:
+        return None
+    return _plan(state, role, list(nodes), add)
+
+
+def missing_nodes(state: JobState, role: str) -> list[int]:
+    """Node indexes the role lacks to reach its target, lowest first (what it asks Ray for)."""
+    spec = state.spec.role(role)
+    have = role_nodes(state, role)
+    count = spec.total // spec.per_group
+    return [k for k in range(count) if k not in have][: max(0, target_nodes(state, role) - len(have))]
+
+
+def plan_elastic_scale(state: JobState, role: str, size: int) -> ResizePlan:
+    """`dlu scale JOB ROLE N` of an elastic role: N nodes within MIN..MAX (checked by the
+    caller: running, known, resizable). Surplus nodes stop highest first; missing ones are the
+    lowest free node indexes.
+
+    Raises:
+        ScaleError: N outside MIN..MAX, or no range to resize within.
+    """
+    spec = state.spec.role(role)
+    assert spec.elastic is not None
+    low, high = spec.elastic.min_nodes, spec.elastic.max_nodes
+    if low == high:
+        raise ScaleError(
+            f"role {role!r} of job {state.job} has a fixed size (nnodes {spec.elastic.nnodes}): give "
+            f"elastic.nnodes a range MIN:MAX and submit the job again to scale it"
+        )
+    if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high:
+        raise ScaleError(
+            f"size {size!r} for elastic role {role!r} is a node count outside its nnodes {low}:{high}: "
+            f"give a whole number from {low} to {high}, or widen elastic.nnodes and submit the job again"
+        )
+    nodes = sorted(role_nodes(state, role))
+    if size <= len(nodes):
+        return _plan(state, role, nodes[:size], ())
+    count = spec.total // spec.per_group
+    free = [k for k in range(count) if k not in nodes][: size - len(nodes)]
+    return _plan(state, role, nodes, free)

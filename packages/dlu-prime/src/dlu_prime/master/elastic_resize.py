@@ -1,0 +1,225 @@
+"""Elastic roles with a MIN:MAX range that resize while they run: the I/O around
+`elastic_policy`'s rules, driven by the PrimeManager's loop.
+
+- `intercept` (each monitoring pass): failures of a role's actors whose node may be lost are
+  taken out of the pass; a node lost for good becomes one saved resize (`ResizeBegan`, cause
+  "node lost"), not one failure per actor or per retry.
+- `tick` (each loop turn): a node the role misses whose placement group Ray placed becomes a
+  saved growth.
+- `run` (from `ResizeRunner.resume`, also after a PrimeMaster restart): stop or drop the
+  leaving nodes' actors, create and check the joining ones, then the role's SubMaster re-forms
+  training around the new set in place (no restart of the actors that stay) and waits until
+  the round at the new world is complete; `ResizeEnded` records the duration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dlu_prime.master.changes import ActorsPlaced, Note
+from dlu_prime.master.elastic_policy import (
+    GROWN,
+    NODE_LOST,
+    caused_by_loss,
+    elastic_roles,
+    grow_nodes,
+    judge_loss,
+    missing_nodes,
+)
+from dlu_prime.master.failover import DEATH_KINDS
+from dlu_prime.master.lifecycle import FencedError, gone
+from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.resize import ResizeBegan, ResizeEnded, StartedWithout
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, ResizeRecord
+from dlu_prime.naming import sub_master_name
+from dlu_prime.scheduler.base import ActorObservation, SchedulingError
+
+if TYPE_CHECKING:
+    from dlu_prime.master.manager import PrimeManager
+
+logger = logging.getLogger(__name__)
+
+REFORM_TIMEOUT_S = 120.0  # the new round at the new world: every rank stops and joins again
+
+
+def unplaced_elastic(state: JobState, nodes: Mapping[str, str | None]) -> list[StartedWithout]:
+    """After placement: the actors of elastic roles' nodes Ray could not place in time (not in
+    `nodes`) leave the state; the role starts with the others and grows later."""
+    missing: list[str] = []
+    parts: list[str] = []
+    for spec in elastic_roles(state):
+        names = [n for n, a in state.actors.items() if a.role == spec.name and a.rank != SUB_MASTER_RANK]
+        absent = [n for n in names if n not in nodes]
+        if absent:
+            per = spec.per_group
+            have = len({state.actors[n].rank // per for n in names if n in nodes})
+            assert spec.elastic is not None
+            parts.append(
+                f"role {spec.name} starts with {have} of {spec.elastic.max_nodes} node(s) "
+                f"(nnodes {spec.elastic.nnodes}); it keeps asking Ray for the others"
+            )
+            missing.extend(absent)
+    return [StartedWithout(tuple(missing), "; ".join(parts))] if missing else []
+
+
+class ElasticResizer:
+    def __init__(self, manager: PrimeManager) -> None:
+        self._manager = manager
+        self._gone_since: dict[str, float] = {}  # actor -> first pass it was seen gone
+
+    # detecting ---------------------------------------------------------------------------------
+    def intercept(
+        self, result: Assessment, observations: Mapping[str, ActorObservation], now: float
+    ) -> Assessment:
+        """Take the failures of possibly lost nodes out of this pass; begin a shrink for a node
+        lost for good. Failures it does not hold go on to the failover ladder unchanged."""
+        m = self._manager
+        state = m.state
+        roles = elastic_roles(state)
+        if not roles:
+            return result
+        down = {
+            name
+            for name, seen in observations.items()
+            if name in state.actors
+            and state.actors[name].rank != SUB_MASTER_RANK
+            and (gone(seen) and not seen.reconstructed)
+        }
+        down |= {f.actor for f in result.failures if f.kind in DEATH_KINDS - {"restarted"}}
+        self._gone_since = {n: self._gone_since.get(n, now) for n in down}
+        if not down:
+            return result
+        nodes = {state.actors[n].node_id for n in down if n in state.actors} - {None}
+        dead = m.scheduler.dead_nodes([n for n in nodes if n is not None]) if nodes else set[str]()
+        held: set[str] = set()
+        for spec in roles:
+            mine = {n: t for n, t in self._gone_since.items() if state.actors[n].role == spec.name}
+            verdict = judge_loss(state, spec.name, mine, dead, now, m.extension is not None)
+            held |= verdict.hold
+            if verdict.shrink is not None:
+                lost = ", ".join(f"node {k}" for k in verdict.lost)
+                marked = any(state.actors[n].node_id in dead for n in verdict.shrink.removed)
+                timeout = spec.elastic.replace_timeout_s if spec.elastic is not None else 0.0
+                why = "Ray marked it dead" if marked else f"unplaceable for {timeout:g}s"
+                first_seen = min((mine[n] for n in verdict.shrink.removed if n in mine), default=now)
+                forgiven = caused_by_loss(state, spec.name, first_seen)
+                m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}", forgiven))
+                m.wake()
+        if not held:
+            return result
+        kept = tuple(f for f in result.failures if f.actor not in held)
+        return replace(result, failures=kept)
+
+    def tick(self, now: float) -> None:
+        """Begin a growth onto nodes Ray placed for a role below its target (rate-limited)."""
+        m = self._manager
+        state = m.state
+        for spec in elastic_roles(state):
+            missing = missing_nodes(state, spec.name)
+            if not missing or state.resize is not None:
+                continue
+            record = state.roles.get(spec.name)
+            last = record.last_resize_at if record is not None else None
+            assert spec.elastic is not None
+            if last is not None and now - last < spec.elastic.resize_interval_s:
+                continue  # not even asking Ray: at most one automatic resize per interval
+            try:
+                placed = m.scheduler.placed_nodes(spec.name, missing)
+            except Exception:
+                logger.exception("job %s: asking Ray for role %s's nodes failed", state.job, spec.name)
+                continue
+            with m.lock:
+                plan = grow_nodes(m.state, spec.name, placed, now, last)
+                if plan is not None:
+                    joining = sorted({rank // spec.per_group for _, rank in plan.added})
+                    m.apply(ResizeBegan(plan, f"{GROWN}: node(s) {', '.join(map(str, joining))} placed"))
+            if plan is not None:
+                return
+
+    def pending(self) -> dict[str, int]:
+        """Role -> nodes it still asks Ray for (`dlu status`'s pending capacity)."""
+        state = self._manager.state
+        return {r.name: len(missing_nodes(state, r.name)) for r in elastic_roles(state)}
+
+    # acting ------------------------------------------------------------------------------------
+    def run(self, record: ResizeRecord) -> None:
+        """Carry out the saved elastic resize; `ResizeEnded` on every path."""
+        m = self._manager
+        error: str | None = None
+        try:
+            self._carry_out(record)
+        except FencedError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            logger.exception("job %s: elastic resize of role %s failed", m.state.job, record.role)
+            if record.added:
+                try:
+                    m.scheduler.remove_actors(list(record.added))
+                except Exception:
+                    logger.exception("job %s: removing the actors of a failed resize failed", m.state.job)
+        for name in record.removed:
+            self._gone_since.pop(name, None)
+        m.apply(ResizeEnded(error))
+        m.liveness.forget()
+        if error is not None and record.removed and record.cause.startswith(NODE_LOST):
+            # the survivors could not re-form: the failover ladder takes over (the role restarts)
+            m.apply(Note("elastic_reform_failed", error, record.role))
+
+    def _carry_out(self, record: ResizeRecord) -> None:
+        m = self._manager
+        state = m.state
+        spec = state.spec.role(record.role)
+        assert spec.elastic is not None
+        per = spec.per_group
+        if record.removed:
+            if record.cause.startswith(NODE_LOST):
+                m.scheduler.drop_actors(list(record.removed))  # gone with their node: no stop call
+            else:
+                leaving = sorted({state.actors[n].rank // per for n in record.removed if n in state.actors})
+                m.scheduler.remove_actors(list(record.removed))
+                m.scheduler.remove_node_groups(record.role, leaving)
+        added_ranks = [state.actors[n].rank for n in record.added]
+        joining = sorted({r // per for r in added_ranks})
+        if joining:
+            placed = m.scheduler.placed_nodes(record.role, joining, wait_s=spec.elastic.start_timeout_s)
+            if set(placed) != set(joining):
+                raise SchedulingError(
+                    f"node(s) {', '.join(str(k) for k in joining if k not in placed)} of role {record.role} "
+                    f"could not be placed in {spec.elastic.start_timeout_s:g}s (elastic.start_timeout_s)"
+                )
+            waiting = [n for n in record.added if state.actors[n].stage is ActorStage.INIT]
+            if waiting:
+                nodes = m.scheduler.add_actors(
+                    record.role, [state.actors[n].rank for n in waiting], (record.nodes or 0) * per
+                )
+                m.apply(ActorsPlaced(nodes, ActorStage.READY, fresh=True))
+        sub = sub_master_name(state.job, record.role)
+        if added_ranks:
+            m.scheduler.call(
+                sub, "check_nodes", added_ranks, timeout_s=spec.elastic.node_check.timeout_s * 3 + 60
+            )
+        leaving_names = set(record.removed)
+        ranks = sorted(
+            a.rank
+            for n, a in state.actors.items()
+            if a.role == record.role and a.rank != SUB_MASTER_RANK and n not in leaving_names
+        )
+        world = m.scheduler.call(
+            sub,
+            "resize_members",
+            ranks,
+            [state.actors[n].rank for n in record.added],
+            REFORM_TIMEOUT_S,
+            timeout_s=REFORM_TIMEOUT_S + 30,
+        )
+        if world is None:
+            raise RuntimeError(
+                f"training of role {record.role} did not re-form at {len(ranks)} rank(s) in {REFORM_TIMEOUT_S:g}s"
+            )
+        logger.info(
+            "job %s: role %s trains at world %s (%d rank(s))", state.job, record.role, world, len(ranks)
+        )

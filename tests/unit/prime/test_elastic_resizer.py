@@ -1,0 +1,200 @@
+"""The PrimeManager driving elastic resizes with a fake cluster (no Ray): a node lost for good
+becomes one saved resize that the loop carries out (no failover, no count), growth onto a node
+Ray placed, and a PrimeMaster restarted half way through a resize finishing it once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from conftest import FakeClock, FakeScheduler, RecordingStore
+
+from dlu_api.spec import spec_from_dict
+from dlu_api.spec.models import JobSpec
+from dlu_api.status import JobStage
+from dlu_prime.master.manager import PrimeManager
+from dlu_prime.master.state import ActorStage
+
+pytestmark = pytest.mark.timeout(30)
+
+T = "job.trainer.{}".format
+
+
+def elastic_spec(**elastic: object) -> JobSpec:
+    return spec_from_dict(
+        {
+            "name": "job",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "health": {"monitor_interval_s": 0.1},
+            "roles": [
+                {
+                    "name": "trainer",
+                    "kind": "elastic",
+                    "entrypoint": "train.py",
+                    "elastic": {"nnodes": "1:2", "nproc_per_node": 1, "replace_timeout_s": 5, **elastic},
+                }
+            ],
+        }
+    )
+
+
+class ElasticFake(FakeScheduler):
+    """The fake cluster plus what an elastic resize asks of a scheduler and of the SubMaster."""
+
+    def __init__(self, spec: JobSpec, store: RecordingStore, clock: FakeClock) -> None:
+        super().__init__(spec, store, clock)
+        self.placed: set[int] = {0, 1}
+        self.members: list[tuple[list[int], list[int]]] = []
+        self.dropped: list[str] = []
+        self.added: list[str] = []
+        self.checked: list[list[int]] = []
+
+    def prepare(self) -> dict[str, str | None]:
+        self._enter("prepare")
+        return {n: a.node_id for n, a in self.actors.items() if a.rank < 0 or a.rank in self.placed}
+
+    def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
+        return sorted(k for k in nodes if k in self.placed)
+
+    def drop_actors(self, names: Sequence[str]) -> None:
+        self.dropped.extend(names)
+
+    def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
+        names = [T(r) for r in ranks]
+        self.added.extend(names)
+        for name in names:
+            self.actors[name].stage = ActorStage.READY
+            self.actors[name].unavailable = False
+            self.actors[name].node_id = f"node-{name[-1]}-new"
+        return {name: self.actors[name].node_id for name in names}
+
+    def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        if method == "check_nodes":
+            self._enter("call", (name, method))
+            self.checked.append(list(args[0]))
+            return None
+        if method == "resize_members":
+            self._enter("call", (name, method))
+            ranks, new_ranks, _ = args
+            self.members.append((list(ranks), list(new_ranks)))
+            for rank in new_ranks:
+                self.actors[T(rank)].stage = ActorStage.RUNNING
+            return len(ranks)
+        return super().call(name, method, *args, timeout_s=timeout_s)
+
+
+def running(
+    store: RecordingStore, clock: FakeClock, placed: set[int], **elastic: object
+) -> tuple[PrimeManager, ElasticFake]:
+    spec = elastic_spec(**elastic)
+    fake = ElasticFake(spec, store, clock)
+    fake.placed = placed
+    manager = PrimeManager.create(spec, fake, store, clock=clock)
+    fake.manager = manager
+    manager.prepare()
+    manager.start()
+    for name in manager.state.actors:
+        fake.actors[name].stage = ActorStage.RUNNING
+    manager.monitor_once()
+    return manager, fake
+
+
+def test_a_node_marked_dead_is_one_saved_resize_then_training_re_forms_in_place() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1})
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()  # seen gone, node dead: the shrink is saved, nothing acted on yet
+    stored = store.state("job")
+    assert stored is not None and stored.resize is not None
+    assert (stored.resize.removed, stored.resize.nodes, stored.resize.cause.startswith("node lost")) == (
+        [T(1)],
+        1,
+        True,
+    )
+    assert fake.dropped == [] and stored.failover is None
+    manager.resizer.resume()
+    assert fake.dropped == [T(1)] and fake.members == [([0], [])]
+    state = manager.state
+    assert state.resize is None and sorted(a.rank for a in state.actors.values() if a.rank >= 0) == [0]
+    role = state.roles["trainer"]
+    assert (role.resize_count, role.restart_count, role.inplace_restart_count) == (1, 0, 0)
+    assert state.stage is JobStage.RUNNING and state.failover is None
+    assert not [e for e in state.events if e.kind in ("died", "unavailable", "failover_started")]
+    manager.monitor_once()
+    assert manager.state.failover is None and manager.state.roles["trainer"].resize_count == 1
+
+
+def test_an_unplaceable_node_waits_replace_timeout_s_before_it_counts_as_lost() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1}, replace_timeout_s=5)
+    fake.set(T(1), {"unavailable": True})
+    manager.monitor_once()
+    clock.advance(4)
+    manager.monitor_once()
+    assert manager.state.resize is None and manager.state.failover is None  # held: Ray may re-place it
+    clock.advance(2)
+    manager.monitor_once()
+    assert manager.state.resize is not None and "unplaceable for 5s" in manager.state.resize.cause
+
+
+def test_starts_with_the_placed_node_and_grows_when_the_other_is_placed() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0}, resize_interval_s=10)
+    assert sorted(a.rank for a in manager.state.actors.values() if a.rank >= 0) == [0]
+    assert any(e.kind == "elastic_start" for e in manager.state.events)
+    manager.elastic.tick(clock())
+    assert manager.state.resize is None  # node 1 not placed yet
+    fake.placed = {0, 1}
+    manager.elastic.tick(clock())
+    assert manager.state.resize is not None and manager.state.resize.added == [T(1)]
+    manager.resizer.resume()
+    assert fake.added == [T(1)] and fake.checked == [[1]] and fake.members == [([0, 1], [1])]
+    status = manager.status().roles[0]
+    assert (status.nodes, status.pending_nodes, status.resize_count) == (2, 0, 1)
+
+
+def test_nothing_happening_means_no_resize_over_many_intervals() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1}, resize_interval_s=1, replace_timeout_s=1)
+    for _ in range(200):
+        clock.advance(0.5)
+        manager.resizer.resume()
+        manager.elastic.tick(clock())
+        manager.monitor_once()
+    assert manager.state.roles["trainer"].resize_count == 0
+    assert not [e for e in manager.state.events if e.kind.startswith("resize")]
+    assert fake.members == []
+
+
+def test_a_prime_master_restarted_mid_resize_finishes_it_once() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1})
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()  # saved; this PrimeMaster dies before acting on it
+    recovered = PrimeManager.self_recover(manager.state.spec, fake, store, clock=clock)
+    assert recovered is not None and recovered.state.resize is not None
+    fake.manager = recovered
+    recovered.resizer.resume()
+    assert fake.dropped == [T(1)] and fake.members == [([0], [])]
+    role = recovered.state.roles["trainer"]
+    assert role.resize_count == 1 and recovered.state.resize is None
+    assert [e.kind for e in recovered.state.events].count("resize_done") == 1
+
+
+def test_dlu_scale_to_the_size_it_has_keeps_that_size() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0}, resize_interval_s=0)
+    plan = manager.resizer.request("trainer", 1)
+    assert (plan.added, plan.removed) == ((), ()) and manager.state.resize is None
+    assert manager.state.roles["trainer"].target_nodes == 1
+    fake.placed = {0, 1}
+    manager.elastic.tick(clock.advance(100))
+    assert manager.state.resize is None  # node 1 is placeable, but the role was asked to keep 1
+    assert manager.status().roles[0].pending_nodes == 0
+    manager.resizer.request("trainer", 2)
+    manager.resizer.resume()
+    assert fake.members == [([0, 1], [1])] and manager.state.roles["trainer"].target_nodes == 2
