@@ -36,6 +36,7 @@ from dlu_prime.worker.submaster import SubMaster
 logger = logging.getLogger(__name__)
 
 PROBE_GRACE_S = 30.0  # on top of the node check timeout: process start and teardown
+PRIME_ANSWER_S = 90.0  # a PrimeMaster rebuilt by Ray answers within seconds
 METRICS_REFRESH_S = 2.0  # Ray exports a gauge only while it is set: set ours again this often
 
 
@@ -351,16 +352,28 @@ class ElasticMaster(SubMaster):
         master.record_event.remote("failover_done", message, self.role, "in_place", took)
 
     def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
+        """Ask the PrimeMaster to judge and count the restart. A PrimeMaster being rebuilt by
+        Ray (killed mid-failover, tier 6) answers after its recovery: retried until
+        `PRIME_ANSWER_S`, so the fault is neither lost nor left to look like a silent rank."""
         import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
         from dlu_prime.naming import NAMESPACE, master_name
 
-        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
-        decision: Any = ray.get(
-            master.note_inplace_restart.remote(self.role, message, agent, error), timeout=30
-        )
-        assert isinstance(decision, InPlaceDecision)
-        return decision
+        deadline = time.monotonic() + PRIME_ANSWER_S
+        while True:
+            try:
+                master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+                decision: Any = ray.get(
+                    master.note_inplace_restart.remote(self.role, message, agent, error), timeout=30
+                )
+                assert isinstance(decision, InPlaceDecision)
+                return decision
+            except (ActorUnavailableError, RayActorError, GetTimeoutError, ValueError) as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                logger.info("role %s: the PrimeMaster did not answer (%s); asking again", self.role, exc)
+                time.sleep(0.5)
 
     def serving(self) -> bool:
         return self.server.serving
