@@ -52,6 +52,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("master_recovery.py", quick_args=None, uses_ray=True),
     Bench("job_e2e.py", quick_args=None, uses_ray=True, timeout_s=900.0),
     Bench("elastic_resize.py", quick_args=None, uses_ray=True),
+    Bench("scale_simple.py", quick_args=None, uses_ray=True),
 )
 
 
