@@ -1,5 +1,5 @@
 """Elastic resize times on a `ray.cluster_utils.Cluster` (all on loopback): an elastic role with
-nnodes 1:2 (NPROC ranks per node, one Ray node per role node), CPU and gloo, training steps of
+nnodes NODES-1:NODES (default 1:2; NPROC ranks per node, one Ray node per role node), CPU and gloo, training steps of
 an allreduce (tests/integration/elastic_resize_workload.py).
 
 - shrink: a node removed from the cluster -> the surviving ranks training again at the smaller
@@ -11,7 +11,8 @@ an allreduce (tests/integration/elastic_resize_workload.py).
 
 Each is measured RUNS times (median printed as the FIGURE). Ray marks a removed node dead after
 its health checks fail (here 0.5 s x 4), which the shrink-from-removal figure includes.
-Usage: `uv run python benchmarks/elastic_resize.py [--runs 3] [--nproc 1]`.
+Usage: `uv run python benchmarks/elastic_resize.py [--runs 3] [--nproc 1] [--nodes 2]`
+(`--nodes 3 --nproc 2`: the 3 nodes x 2 ranks of DESIGN's table, shrinking to 2 and growing back).
 """
 
 from __future__ import annotations
@@ -42,21 +43,22 @@ from dlu_api.spec import spec_from_dict
 from dlu_prime import launcher
 from dlu_prime.naming import NAMESPACE
 
-root, out, runs, nproc = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+root, out, runs, nproc, top = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 with pin_loopback():
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "include_dashboard": False, "node_ip_address": "127.0.0.1",
         "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4}})
     ray.init(address=cluster.address, namespace=NAMESPACE)
 node_args = {"num_cpus": 2, "resources": {"slot": 1}, "node_ip_address": "127.0.0.1"}
-cluster.add_node(**node_args)
+for _ in range(top - 1):
+    cluster.add_node(**node_args)
 spec = spec_from_dict({
-    "name": "bench-elastic", "device_type": "CPU", "device_per_node": 0, "node_num": 2,
+    "name": "bench-elastic", "device_type": "CPU", "device_per_node": 0, "node_num": top,
     "master": {"cpu": 0.1}, "health": {"monitor_interval_s": 0.1},
     "roles": [{"name": "trainer", "kind": "elastic", "entrypoint": "elastic_resize_workload:train",
                "resources": {"cpu": 0.1, "custom": {"slot": 1.0 / nproc}},
                "env": {"OUT_DIR": str(out), "STEP_S": "0.05"},
-               "elastic": {"nnodes": "1:2", "nproc_per_node": nproc, "start_timeout_s": 5,
+               "elastic": {"nnodes": f"{top - 1}:{top}", "nproc_per_node": nproc, "start_timeout_s": 5,
                            "replace_timeout_s": 5, "resize_interval_s": 0,
                            "node_check": {"enabled": False}}}],
 })
@@ -84,22 +86,23 @@ def pids():
     status = launcher.job_status(spec.name)
     out = {}
     for actor in status.roles[0].actors:
-        if actor.rank >= 0 and actor.rank < nproc:
+        if actor.rank >= 0 and actor.rank < nproc * (top - 1):
             out[actor.name] = ray.get(ray.get_actor(actor.name, namespace=NAMESPACE).status.remote())["pid"]
     return out
 
-first_at(nproc, 0)
+small, large = nproc * (top - 1), nproc * top
+first_at(small, 0)
 results = {"grow": [], "grow_resize": [], "shrink": [], "shrink_resize": [], "survivor_restarts": []}
 for run in range(runs):
     node = cluster.add_node(**node_args)  # returns once Ray lists the node
     registered = time.time()
-    results["grow"].append(first_at(2 * nproc, registered) - registered)
+    results["grow"].append(first_at(large, registered) - registered)
     results["grow_resize"].append(resize_durations()[-1][1])
     before = pids()
     time.sleep(1.0)
     removed = time.time()
     cluster.remove_node(node)
-    results["shrink"].append(first_at(nproc, removed) - removed)
+    results["shrink"].append(first_at(small, removed) - removed)
     results["shrink_resize"].append(resize_durations()[-1][1])
     results["survivor_restarts"].append(sum(1 for name, pid in pids().items() if before.get(name) != pid))
     time.sleep(0.5)
@@ -117,11 +120,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument(
+        "--nodes", type=int, default=2, help="MAX nodes of the role (nnodes NODES-1:NODES), one Ray node each"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlu-bench-er-") as out:
         env = {"RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-ber-", dir="/tmp")}
         done = subprocess.run(
-            [sys.executable, "-c", SCRIPT, str(ROOT), out, str(args.runs), str(args.nproc)],
+            [sys.executable, "-c", SCRIPT, str(ROOT), out, str(args.runs), str(args.nproc), str(args.nodes)],
             cwd=ROOT,
             env={**os.environ, **env},
             capture_output=True,
@@ -137,7 +143,7 @@ def main() -> None:
     for key in ("grow", "grow_resize", "shrink", "shrink_resize", "survivor_restarts"):
         print(f"{key}: {', '.join(f'{v:.2f}' for v in results[key])}")
     print(f"job exit code {results['exit_code']}, restarts counted {results['counted_restarts']}")
-    label = f"{args.nproc} rank(s) per node, median of {args.runs}"
+    label = f"{args.nodes - 1}<->{args.nodes} nodes x {args.nproc} rank(s), median of {args.runs}"
     figure(
         "elastic_grow",
         statistics.median(results["grow"]),
