@@ -1,8 +1,8 @@
 """The fault-free final loss of the reference training, computed in this process.
 
 train_lm.py sums the ranks' gradients (and losses) in rank order, so its result does not depend
-on the processes, the network or the restarts: one process that computes every rank's batch in
-turn and sums the same way gets the same bits, without Ray and without the step padding. The
+on the processes, the network or the restarts: one process that computes every rank's share of
+the global batch in turn and sums the same way gets the same bits, without Ray and without the step padding. The
 campaign's final loss is compared with this (tests/chaos compares it with a fault-free run of
 the job itself).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from chaos_jobs import ROOT
 
-BATCH = 8
+GLOBAL_BATCH = 32  # train_lm.py's --global-batch default: the chaos jobs leave it so
 CONTEXT = 64
 
 
@@ -31,9 +31,15 @@ def _train_lm() -> Any:
 
 def reference_loss(steps: int, world: int, lr: float = 3e-3, each_step: Any = None) -> str:
     """The final loss train_lm.py prints after `steps` steps on `world` ranks, as it writes it
-    to final_loss.txt ('%.6f'). `each_step(step, loss)` sees every step's loss on the way."""
+    to final_loss.txt ('%.6f'). `each_step(step, loss)` sees every step's loss on the way.
+
+    Each rank's share of the fixed global batch (`batch_share`, one micro-batch), its sum of
+    per-sample losses scaled by `loss_scale` before backward, the gradients summed in rank order
+    and divided by the world (train_lm's DDP hook), the loss as the global batch's mean."""
     import torch
     from torch import nn
+
+    from dlu_prime.runtime import batch_share
 
     lm = _train_lm()
     torch.manual_seed(0)
@@ -49,17 +55,21 @@ def reference_loss(steps: int, world: int, lr: float = 3e-3, each_step: Any = No
         grads: list[list[torch.Tensor]] = []
         losses: list[torch.Tensor] = []
         for rank in range(world):
-            x, y = lm.batches(data, step, rank, batch=BATCH, context=CONTEXT)
-            logits = model(x)
-            loss = nn.functional.cross_entropy(logits.reshape(-1, len(vocab)), y.reshape(-1))
+            share = batch_share(GLOBAL_BATCH, world_size=world, rank=rank)
+            (rows,) = share.micro_batches()
+            x, y = lm.batches(data, step, rows, GLOBAL_BATCH, context=CONTEXT)
+            per_token = nn.functional.cross_entropy(
+                model(x).reshape(-1, len(vocab)), y.reshape(-1), reduction="none"
+            )
+            sample_sum = per_token.reshape(len(x), -1).mean(dim=1).sum()
             opt.zero_grad()
-            loss.backward()
+            (sample_sum * share.loss_scale).backward()
             grads.append([p.grad.clone() for p in params])  # type: ignore[union-attr]
-            losses.append(loss.detach().reshape(1))
+            losses.append(torch.zeros(1) + sample_sum.detach())
         for index, param in enumerate(params):
             param.grad = lm.ordered_sum([g[index] for g in grads]).div_(world)
         opt.step()
-        loss_value = lm.ordered_sum(losses).item() / world
+        loss_value = lm.ordered_sum(losses).item() / GLOBAL_BATCH
         if each_step is not None:
             each_step(step + 1, f"{loss_value:.6f}")
     return f"{loss_value:.6f}"
