@@ -66,3 +66,18 @@ def test_finished_rank_runs_again_in_the_restart_its_peer_caused(
     assert ran == ["ran-0-0.json", "ran-0-1.json", "ran-1-0.json", "ran-1-1.json"], ran
     second = [json.loads((tmp_path / f"ran-{r}-1.json").read_text()) for r in (0, 1)]
     assert all(s["world_size"] == "2" for s in second)
+
+
+def test_peer_failure_at_the_restart_limit_ends_the_job_naming_it(ray_session: Any, tmp_path: Path) -> None:
+    """max_restart=0: the peer's failure may not restart the group, so the job stops (exit 1,
+    the limit and the failed rank in the reason) instead of waiting; the finished rank stays FINISH."""
+    name = "el-fin-limit"
+    env = {"OUT_DIR": str(tmp_path), "FAIL_DELAY_S": "1.0"}
+    status = _run_to_the_end(elastic_job(name, ENTRY, 1, 2, env=env, max_restart=0))
+
+    assert status.stage.value == "STOPPED"
+    assert status.exit_code == 1
+    assert "max_restart=0" in status.reason and f"{name}.trainer.1" in status.reason, status.reason
+    stages = {a.rank: a.stage for a in status.roles[0].actors if a.rank >= 0}
+    assert stages[0] == "FINISH" and stages[1] != "RUNNING", stages
+    assert sorted(p.name for p in tmp_path.glob("ran-*.json")) == ["ran-0-0.json", "ran-1-0.json"]
