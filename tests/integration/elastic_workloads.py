@@ -115,6 +115,19 @@ def finish_or_fail_on_first_attempt() -> None:
             time.sleep(0.005)
 
 
+def finish_while_peer_trains_on_first_attempt() -> None:
+    """First attempt: rank 0 returns at once, rank 1 trains on (sleeps) until it is stopped,
+    exiting 3 after 60 s if nobody stopped it. Every later attempt succeeds. Each run leaves
+    ran-RANK-ATTEMPT.json."""
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    _write(f"ran-{rank}-{attempt}.json", {"pid": os.getpid(), "world_size": os.environ["WORLD_SIZE"]})
+    if attempt > 0 or rank == 0:
+        return
+    time.sleep(60)
+    raise SystemExit(3)
+
+
 def heartbeats() -> None:
     steps = int(os.environ.get("STEPS", "50"))
     for step in range(1, steps + 1):
