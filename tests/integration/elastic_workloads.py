@@ -94,6 +94,40 @@ def exit_with_code() -> None:
     raise SystemExit(int(os.environ.get("EXIT_CODE", "3")))
 
 
+def finish_or_fail_on_first_attempt() -> None:
+    """First attempt: rank 0 returns (it finished) and rank 1 exits 3; FAIL_FIRST=1 makes rank 1
+    exit at once and rank 0 return once it did (it finishes during the restart), otherwise rank 0
+    returns at once and rank 1 exits after FAIL_DELAY_S. Every later attempt succeeds. Each run
+    leaves ran-RANK-ATTEMPT.json."""
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    _write(f"ran-{rank}-{attempt}.json", {"pid": os.getpid(), "world_size": os.environ["WORLD_SIZE"]})
+    if attempt > 0:
+        return
+    fail_first = os.environ.get("FAIL_FIRST") == "1"
+    if rank == 1:
+        if not fail_first:
+            time.sleep(float(os.environ.get("FAIL_DELAY_S", "1.0")))
+        raise SystemExit(3)
+    if fail_first:  # return as the peer fails: its restart is under way
+        deadline = time.monotonic() + 30
+        while not _out("ran-1-0.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def finish_while_peer_trains_on_first_attempt() -> None:
+    """First attempt: rank 0 returns at once, rank 1 trains on (sleeps) until it is stopped,
+    exiting 3 after 60 s if nobody stopped it. Every later attempt succeeds. Each run leaves
+    ran-RANK-ATTEMPT.json."""
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    _write(f"ran-{rank}-{attempt}.json", {"pid": os.getpid(), "world_size": os.environ["WORLD_SIZE"]})
+    if attempt > 0 or rank == 0:
+        return
+    time.sleep(60)
+    raise SystemExit(3)
+
+
 def heartbeats() -> None:
     steps = int(os.environ.get("STEPS", "50"))
     for step in range(1, steps + 1):

@@ -5,7 +5,7 @@ zygote (torch preloaded, see zygote.py), so an in-place restart costs a fork and
 not an actor restart and a fresh `import torch`, and a replaced actor forks too. The actor is
 the rank's agent: it joins the ElasticMaster's rendezvous,
 sets torchrun's environment, relays heartbeats and failures, and restarts its process when
-the master opens a new round.
+the master opens a new round, even after that process exited 0 (see finished.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.worker import store
+from dlu_elastic.worker.finished import AfterSuccess, after_success
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
 from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
 from dlu_prime.master.state import ActorStage
@@ -419,7 +420,7 @@ class ElasticWorkerActor(WorkerActor):
                 code = process.poll()
                 code = code if code is not None else -9
             if code == 0:
-                return Result(Outcome.SUCCESS)
+                return self._finished(round_, interval)
             if code is not None:
                 error = hung or process.last_failure or f"training process exited with code {code}"
                 try:
@@ -452,6 +453,39 @@ class ElasticWorkerActor(WorkerActor):
                 process.terminate(2.0)
                 return Result(Outcome.FAILED, "stopped")
             time.sleep(POLL_INTERVAL_S)
+
+    def _finished(self, round_: int, interval: float) -> Result | None:
+        """This rank's process exited 0: show FINISH but stay in the round until training ends,
+        and run again if a peer's failure opens a new round (`finished.after_success`). None:
+        run again. The round's store, if this agent hosts it, stays up for the peers meanwhile."""
+        success = Result(Outcome.SUCCESS)
+        while not self._stop.is_set():
+            try:
+                action = self._beat(round_)
+            except RendezvousError as exc:  # not a refusal the protocol knows: keep the success
+                logger.warning(
+                    "%s: finished, then the ElasticMaster refused a beat: %s", self.info.actor_name, exc
+                )
+                return success
+            step = after_success(action)
+            if step is AfterSuccess.RERUN:
+                logger.info(
+                    "%s: its process exited 0%s, then a new rendezvous round opened: it runs again",
+                    self.info.actor_name,
+                    " (FINISH shown)" if self.stage is ActorStage.FINISH else "",
+                )
+                self.result = None
+                self.finished_at = None
+                self.stage = ActorStage.RUNNING
+                return None
+            if step is AfterSuccess.DONE:
+                return success
+            if self.stage is not ActorStage.FINISH:  # asked once first: a restart under way shows no FINISH
+                self.result = success
+                self.finished_at = time.time()
+                self.stage = ActorStage.FINISH
+            time.sleep(interval)
+        return success
 
     def _beat(self, round_: int) -> str:
         snapshot = self.health.snapshot()
