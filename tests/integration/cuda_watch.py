@@ -11,7 +11,7 @@ Usage: `python cuda_watch.py PHASE...`; the phases run in order in this one proc
 hook installed before anything is imported, and the last stdout line is a JSON object
 {phase: {"calls": [what was called, from where], "info": {...}}}. Phases:
 
-- `zygote`: the torch zygote's preload (`zygote._preload` of the default list), then a fork
+- `zygote`: the torch zygote's preload (`zygote_server._preload` of the default list), then a fork
   whose child reports whether torch marks it a bad fork (torch does so after any CUDA call
   that went through its bindings in the parent, even without a GPU);
 - `node_check`: the node-check probe's entrypoint as a training process runs it, device cpu,
@@ -192,9 +192,9 @@ def _free_port() -> int:
 
 def phase_zygote() -> dict[str, Any]:
     from dlu_elastic.worker.warmup import PRELOAD
-    from dlu_prime import zygote
+    from dlu_prime import zygote_server
 
-    loaded, failed = zygote._preload(PRELOAD)  # pyright: ignore[reportPrivateUsage]
+    loaded, failed = zygote_server._preload(PRELOAD)  # pyright: ignore[reportPrivateUsage]
     return {"preload": list(PRELOAD), "loaded": loaded, "failed": failed}
 
 
@@ -221,10 +221,10 @@ def phase_node_check() -> dict[str, Any]:
 
 
 def phase_ray_workers() -> dict[str, Any]:
-    from dlu_prime import ray_workers, zygote
+    from dlu_prime import ray_workers, zygote_server
 
     os.environ[ray_workers.JOB_ENV] = ray_workers.NIL_JOB  # as the Ray zygote imports Ray
-    loaded, failed = zygote._preload(ray_workers.PRELOAD)  # pyright: ignore[reportPrivateUsage]
+    loaded, failed = zygote_server._preload(ray_workers.PRELOAD)  # pyright: ignore[reportPrivateUsage]
     return {"preload": list(ray_workers.PRELOAD), "loaded": loaded, "failed": failed}
 
 

@@ -152,7 +152,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
         return client
 
     monkeypatch.delenv("DLU_ADDRESS", raising=False)
-    monkeypatch.setattr(dlu_api.cli, "connect", connect)
+    monkeypatch.setattr(dlu_api.cli, "connect", connect)  # run, resume, submit
+    monkeypatch.setattr(dlu_api.cli.job_commands, "connect", connect)  # status, logs, stop, ...
     return client
 
 

@@ -57,7 +57,7 @@ class Job:
         """Start the job locally (no address) or on the cluster at `address`; do not wait.
 
         `workdir`: on a cluster, the job's code: a directory here (uploaded), `cluster:/path` on
-        its nodes, or a URI Ray fetches (see `dlu_api.client.remote.working_dir`).
+        its nodes, or a URI Ray fetches (see `dlu_api.client.remote_launch.working_dir`).
 
         Raises:
             SpecError: the spec breaks a rule here, or the cluster found it cannot run there.

@@ -22,11 +22,12 @@ pickled dict, with file descriptors attached for a fork:
 `{"pid": child}` at once and `{"exit": code}` when the child has exited. The child runs
 `target(*args, events_fd, alive_fd)` with stdout/stderr on the client's descriptors; it kills
 its process group when the alive pipe closes (the client died).
+
+This module is the client side and the protocol; the zygote process is `dlu_prime.zygote_server`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -35,7 +36,6 @@ import importlib.util
 import logging
 import os
 import pickle
-import selectors
 import signal
 import socket
 import struct
@@ -44,7 +44,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -312,266 +311,12 @@ def die_with_requester(alive_fd: int, name: str = "dlu-requester-watch") -> None
     threading.Thread(target=watch, name=name, daemon=True).start()
 
 
-# -- the zygote -----------------------------------------------------------------------------------
-
-
-class _Zygote:
-    """Single-threaded (forking from a threaded process is unsafe): a select loop over the
-    listener, SIGCHLD and the connections of running children.
-
-    It keeps spare children forked ahead (as many as the largest burst of requests seen, up to
-    MAX_SPARES): a fork of a process with torch loaded takes 25-130 ms here, so the ranks of a
-    node starting together would otherwise wait for each other's forks. A spare blocks on its
-    end of a socketpair until a request (with the client's descriptors) is handed to it.
-    """
-
-    def __init__(self, listener: socket.socket, preloaded: list[str], failed: dict[str, str], idle_s: float):
-        self.listener = listener
-        self.preloaded = preloaded
-        self.failed = failed
-        self.idle_s = idle_s
-        self.children: dict[int, socket.socket | None] = {}  # running: pid -> its client
-        self.spares: dict[int, socket.socket] = {}  # forked ahead: pid -> the zygote's end
-        self.wanted_spares = 1
-        self.burst: list[float] = []  # times of recent fork requests
-        self.selector = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        self.idle_since = time.monotonic()
-
-    def serve(self) -> None:
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
-        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
-        self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
-        try:
-            while True:
-                # Requests come before refills: a spare is forked only when nothing waits.
-                short = len(self.spares) < self.wanted_spares
-                ready = self.selector.select(timeout=0 if short else 1.0)
-                if short and not ready:
-                    self._fork_child()
-                    continue
-                for key, _ in ready:
-                    if key.data == "accept":
-                        self._accept_all()
-                    elif key.data == "sigchld":
-                        with contextlib.suppress(BlockingIOError):
-                            os.read(self.wake_r, 4096)
-                    else:
-                        self._client_closed(key.data)
-                self._reap()
-                if self.children:
-                    self.idle_since = time.monotonic()
-                elif time.monotonic() - self.idle_since > self.idle_s:
-                    logger.info("zygote %d: idle for %.0f s, exiting", os.getpid(), self.idle_s)
-                    return
-        finally:
-            for sock in self.spares.values():
-                sock.close()  # EOF: the spares exit
-
-    def _accept_all(self) -> None:
-        """Every waiting request before any refill (ranks starting together wait for no fork)."""
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            self._handle(conn)
-
-    def _handle(self, conn: socket.socket) -> None:
-        conn.settimeout(10.0)
-        fds: list[int] = []
-        try:
-            message, fds = recv_message(conn)
-            if message is None:
-                conn.close()
-                return
-            if message.get("op") == "ping":
-                answer = {"pid": os.getpid(), "preloaded": self.preloaded, "failed": self.failed}
-                send_message(conn, {**answer, "spares": sorted(self.spares)})
-                conn.close()
-            elif message.get("op") == "fork":
-                self._start(conn, message, fds)
-            else:
-                send_message(conn, {"error": f"unknown op {message.get('op')!r}"})
-                conn.close()
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                send_message(conn, {"error": f"{type(exc).__name__}: {exc}"})
-            conn.close()
-        finally:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)  # the child has its own copies
-        self.idle_since = time.monotonic()
-
-    def _start(self, conn: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
-        now = time.monotonic()
-        self.burst = [t for t in self.burst if now - t < 2.0] + [now]
-        self.wanted_spares = min(MAX_SPARES, max(self.wanted_spares, len(self.burst)))
-        job = {"target": message["target"], "args": tuple(message.get("args", ()))}
-        pid = self._hand_to_spare(job, fds)
-        if pid is None:
-            pid = self._fork_child(conn)  # no spare left: a new child (without this connection)
-            self._hand(pid, job, fds)
-        send_message(conn, {"pid": pid})
-        conn.settimeout(None)
-        self.children[pid] = conn
-        self.selector.register(conn, selectors.EVENT_READ, conn)
-
-    def _hand_to_spare(self, job: dict[str, Any], fds: list[int]) -> int | None:
-        while self.spares:
-            pid = next(iter(self.spares))
-            try:
-                self._hand(pid, job, fds)
-            except OSError:
-                continue  # that spare died; _hand dropped it
-            return pid
-        return None
-
-    def _hand(self, pid: int, job: dict[str, Any], fds: list[int]) -> None:
-        sock = self.spares.pop(pid)
-        try:
-            send_message(sock, job, fds)
-        finally:
-            sock.close()
-
-    def _fork_child(self, *close: socket.socket) -> int:
-        """A spare: a child waiting on a socketpair for the request it will run.
-
-        `close`: connections the child must not hold (a client's connection held by a child
-        would keep its end open after the zygote died, and the client would never see EOF).
-        """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            ours.close()
-            for sock in close:
-                sock.close()
-            self._in_child(theirs)  # never returns
-        theirs.close()
-        self.spares[pid] = ours
-        return pid
-
-    def _in_child(self, sock: socket.socket) -> None:
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (self.wake_r, self.wake_w):
-                os.close(fd)
-            self.selector.close()
-            self.listener.close()
-            for other in [*self.children.values(), *self.spares.values()]:
-                if other is not None:
-                    other.close()
-            job, fds = recv_message(sock)
-            sock.close()
-            if job is None:  # the zygote is gone or exiting: a spare just ends
-                os._exit(0)
-            code = int(job["target"](*job["args"], *fds) or 0)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            with contextlib.suppress(Exception):
-                traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(code)
-
-    def _client_closed(self, conn: socket.socket) -> None:
-        """A client hung up while its child runs: keep reaping the child, drop the connection."""
-        with contextlib.suppress(OSError):
-            if conn.recv(1, socket.MSG_PEEK):
-                return  # clients send nothing after the request; ignore stray bytes
-        self.selector.unregister(conn)
-        conn.close()
-        for pid, held in self.children.items():
-            if held is conn:
-                self.children[pid] = None
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            spare = self.spares.pop(pid, None)
-            if spare is not None:
-                spare.close()
-                continue
-            conn = self.children.pop(pid, None)
-            if conn is None:
-                continue
-            with contextlib.suppress(OSError):
-                send_message(conn, {"exit": os.waitstatus_to_exitcode(status)})
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(conn)
-            conn.close()
-
-
-def _preload(modules: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    loaded: list[str] = []
-    failed: dict[str, str] = {}
-    for name in modules:
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except Exception as exc:  # a child imports it itself (and fails there, visibly)
-            failed[name] = f"{type(exc).__name__}: {exc}"
-    return loaded, failed
-
-
-def _bind(path: Path) -> tuple[socket.socket, int]:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    listener.bind(str(tmp))
-    os.chmod(tmp, 0o600)
-    listener.listen(512)
-    os.replace(tmp, path)  # appears only once it listens
-    return listener, os.stat(path).st_ino
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--socket", required=True)
-    parser.add_argument("--preload", default="")
-    parser.add_argument("--idle-s", type=float, default=DEFAULT_IDLE_S)
-    parser.add_argument("--foreground", action="store_true", help="do not daemonize")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = Path(args.socket)
-    listener, inode = _bind(path)
-    if not args.foreground and os.fork() != 0:
-        os._exit(0)  # the starter returns; the zygote is nobody's child but init's
-    started = time.perf_counter()
-    preloaded, failed = _preload([m for m in args.preload.split(",") if m])
-    logger.info(
-        "zygote %d at %s: preloaded %s in %.2f s%s",
-        os.getpid(),
-        path,
-        ", ".join(preloaded),
-        time.perf_counter() - started,
-        f"; failed: {failed}" if failed else "",
-    )
-    listener.setblocking(False)
-    try:
-        _Zygote(listener, preloaded, failed, args.idle_s).serve()
-    finally:
-        with contextlib.suppress(OSError):
-            if os.stat(path).st_ino == inode:  # not a successor's socket
-                path.unlink()
-        listener.close()
+    """The zygote process (`python -m dlu_prime.zygote`); served by `dlu_prime.zygote_server`,
+    imported only here so that clients do not load the server's code."""
+    from dlu_prime import zygote_server
+
+    zygote_server.main(argv)
 
 
 if __name__ == "__main__":

@@ -34,12 +34,11 @@ import os
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, cast
-from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
-from redis.connection import ConnectionPool, SSLConnection, parse_url
+from redis.connection import ConnectionPool
 from redis.exceptions import (
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
@@ -61,14 +60,20 @@ from dlu_prime.state.base import (
     validate_job,
     validate_token,
 )
+from dlu_store_redis.options import (
+    apply_tls,
+    check_int,
+    check_prefix,
+    check_seconds,
+    connection_kwargs,
+    describe_server,
+)
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-_SCHEMES = ("redis", "rediss", "unix")
-_CERT_REQS = ("required", "optional", "none")
 _MAX_BACKOFF_S = 5.0
 _SCAN_COUNT = 1000
 _GLOB_SPECIAL = "\\*?[]"
@@ -153,38 +158,28 @@ class RedisStateStore(StateStore):
             ValueError: an option is malformed.
         """
         self._options: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        connection = _connection_kwargs(url, username, password)
-        self.key_prefix = _check_prefix(key_prefix)
-        self.retries = _check_int(retries, "retries")
-        self.retry_backoff_s = _check_seconds(retry_backoff_s, "retry_backoff_s", allow_zero=True)
+        connection = connection_kwargs(url, username, password)
+        self.key_prefix = check_prefix(key_prefix)
+        self.retries = check_int(retries, "retries")
+        self.retry_backoff_s = check_seconds(retry_backoff_s, "retry_backoff_s", allow_zero=True)
         self.retention_s = (
-            None if retention_s is None else _check_seconds(retention_s, "retention_s", allow_zero=False)
+            None if retention_s is None else check_seconds(retention_s, "retention_s", allow_zero=False)
         )
-        ssl = {
-            k: v
-            for k, v in {
-                "ssl_ca_certs": ssl_ca_certs,
-                "ssl_certfile": ssl_certfile,
-                "ssl_keyfile": ssl_keyfile,
-            }.items()
-            if v is not None
-        }
-        if ssl_cert_reqs not in _CERT_REQS:
-            raise ValueError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}, got {ssl_cert_reqs!r}")
-        if connection.get("connection_class") is SSLConnection:
-            connection.update(ssl, ssl_cert_reqs=ssl_cert_reqs)
-        elif ssl or ssl_cert_reqs != "required":
-            raise ValueError(
-                f"TLS options {sorted(ssl) or ['ssl_cert_reqs']} need a rediss:// url, got {url!r}"
-            )
-
-        self.server = _describe_server(url, connection)
+        apply_tls(
+            connection,
+            url,
+            ca_certs=ssl_ca_certs,
+            certfile=ssl_certfile,
+            keyfile=ssl_keyfile,
+            cert_reqs=ssl_cert_reqs,
+        )
+        self.server = describe_server(url, connection)
         self._username: str | None = connection.get("username")
         self._password: str | None = connection.get("password")
         pool = ConnectionPool(
             **connection,
-            socket_connect_timeout=_check_seconds(connect_timeout_s, "connect_timeout_s", allow_zero=False),
-            socket_timeout=_check_seconds(operation_timeout_s, "operation_timeout_s", allow_zero=False),
+            socket_connect_timeout=check_seconds(connect_timeout_s, "connect_timeout_s", allow_zero=False),
+            socket_timeout=check_seconds(operation_timeout_s, "operation_timeout_s", allow_zero=False),
             # Retries happen in `_call` alone, where the backoff and the final error are ours.
             retry=Retry(NoBackoff(), 0),
             client_name="dlu-state-store",
@@ -265,7 +260,7 @@ class RedisStateStore(StateStore):
             seconds = self.retention_s
         if seconds is None:
             return False
-        millis = max(1, math.ceil(_check_seconds(seconds, "seconds", allow_zero=False) * 1000))
+        millis = max(1, math.ceil(check_seconds(seconds, "seconds", allow_zero=False) * 1000))
         return self._cas(f"retain of job {job!r}", job, token, "expire", str(millis)) is not None
 
     def __reduce__(self) -> tuple[Callable[..., RedisStateStore], tuple[dict[str, Any]]]:
@@ -335,69 +330,5 @@ def _restore(options: dict[str, Any]) -> RedisStateStore:
     return RedisStateStore(**options)
 
 
-def _connection_kwargs(url: str, username: str | None, password: str | None) -> dict[str, Any]:
-    """redis-py's own URL parsing, with our checks and with the username/password options
-    taking precedence (redis-py's from_url lets the URL win)."""
-    if not isinstance(url, str) or urlsplit(url).scheme not in _SCHEMES:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"url must start with redis://, rediss:// or unix://, got {_hide_password(url)!r}")
-    parts = urlsplit(url)
-    if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
-        raise ValueError(f"the database in url must be a number (e.g. /0), got {parts.path!r}")
-    try:
-        kwargs: dict[str, Any] = parse_url(url)
-    except ValueError as exc:
-        raise ValueError(f"bad url {_hide_password(url)!r}: {exc}") from exc
-    for option, value in (("username", username), ("password", password)):
-        if value is not None:
-            if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise ValueError(f"{option} must be a string")
-            kwargs[option] = value
-    return kwargs
-
-
-def _describe_server(url: str, connection: dict[str, Any]) -> str:
-    """How errors name the server: scheme, host, port and database, never credentials."""
-    scheme = urlsplit(url).scheme
-    if scheme == "unix":
-        return f"Redis at unix://{connection.get('path', '')}"
-    host = connection.get("host", "localhost")
-    return f"Redis at {scheme}://{host}:{connection.get('port', 6379)}/{connection.get('db', 0)}"
-
-
-def _hide_password(url: object) -> object:
-    if not isinstance(url, str):
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
-
-
 def _glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in _GLOB_SPECIAL else c for c in text)
-
-
-def _check_prefix(prefix: object) -> str:
-    if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
-        raise ValueError(f"key_prefix must be a non-empty string without spaces, got {prefix!r}")
-    return prefix
-
-
-def _check_int(value: object, option: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{option} must be an int >= 0, got {value!r}")
-    return value
-
-
-def _check_seconds(value: object, option: str, *, allow_zero: bool) -> float:
-    ok = (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value > 0 or (allow_zero and value == 0))
-    )
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{option} must be a number of seconds {bound}, got {value!r}")
-    return float(cast(float, value))

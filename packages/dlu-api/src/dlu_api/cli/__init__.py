@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -15,60 +13,21 @@ import typer
 
 from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import detach, interrupts
-from dlu_api.cli.console import VERBOSE_ENV, job_console, quiet_python_warnings
+from dlu_api.cli.console import job_console, quiet_python_warnings
 from dlu_api.cli.gpu import default_device_type
 from dlu_api.cli.interrupts import EXIT_INTERRUPTED
 from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.cli.shared import AddressOpt, VerboseOpt, WorkdirOpt, app
+from dlu_api.cli.shared import echo as _echo
+from dlu_api.cli.shared import fail as _fail
 from dlu_api.cli.tee import RankTee
 from dlu_api.client import ADDRESS_ENV, JobClient, connect
 from dlu_api.client.local import check_local, local_client
-from dlu_api.errors import DLUError, SpecError
+from dlu_api.errors import DLUError
 from dlu_api.spec.entrypoint import is_torchrun_command
-from dlu_api.spec.io import job_schema, load_spec, read_spec_data, spec_from_dict
+from dlu_api.spec.io import read_spec_data, spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStatus
-
-app = typer.Typer(
-    name="dlu",
-    help="DLU: run and watch distributed deep-learning jobs on Ray.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-AddressOpt = Annotated[
-    str | None,
-    typer.Option("--address", "-a", envvar="DLU_ADDRESS", help="Ray job server URL; unset: local."),
-]
-VerboseOpt = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        "-v",
-        envvar=VERBOSE_ENV,
-        help="Also show Ray's own warnings and logs, DLU's actors' logs and what the job's "
-        "processes print (a local run); without it, only the job's progress.",
-    ),
-]
-WorkdirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--workdir",
-        envvar="DLU_WORKDIR",
-        help="With --address: the job's code. A directory on this machine is uploaded (as `ray job "
-        "submit --working-dir`; .git, __pycache__, .venv left out; limit $DLU_UPLOAD_LIMIT_MB, default "
-        "100); cluster:/path names a directory on the cluster's nodes; a URI (s3://...) is fetched by Ray.",
-    ),
-]
-
-
-def _echo(line: str) -> None:
-    typer.echo(line)
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
 def _spec_from_args(
@@ -293,178 +252,11 @@ def submit(
     )
 
 
-@app.command()
-def status(
-    job: Annotated[str, typer.Argument(help="Job name.")],
-    address: AddressOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
-    events: Annotated[int, typer.Option(help="How many recent events to show.")] = 10,
-) -> None:
-    """Stage, roles, restart counts and recent events of a job."""
-    try:
-        current = connect(address).status(job)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    typer.echo(current.model_dump_json(indent=2) if as_json else status_text(current, events))
+# The topic modules register their commands on `app` when imported; imported after run, resume
+# and submit are, so that `dlu --help` lists the commands in the same order as before.
+from dlu_api.cli import job_commands, spec_commands  # noqa: E402
 
-
-@app.command()
-def events(
-    job: Annotated[str, typer.Argument(help="Job name.")],
-    address: AddressOpt = None,
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow", "-f", help="Print the timeline as readable lines as it grows, until the job stops."
-        ),
-    ] = False,
-) -> None:
-    """Print a job's event timeline as JSON lines, one event per line, oldest first."""
-    try:
-        if follow:
-            for line in connect(address).timeline(job, follow=True):
-                typer.echo(line)
-            return
-        timeline = connect(address).events(job)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    for event in timeline:
-        typer.echo(event.model_dump_json())
-
-
-@app.command()
-def stop(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
-    """Stop a job; its actors and placement groups are removed."""
-    try:
-        connect(address).stop(job)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    typer.echo(f"stop requested for {job}")
-
-
-@app.command()
-def delete(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
-    """Remove a stopped or LOST job's record (a running one is refused: stop it first)."""
-    try:
-        connect(address).delete(job)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    typer.echo(f"deleted {job}")
-
-
-@app.command()
-def logs(
-    job: Annotated[str, typer.Argument(help="Job name.")],
-    address: AddressOpt = None,
-    role: Annotated[str | None, typer.Option("--role", "-r", help="Only this role's ranks.")] = None,
-    rank: Annotated[
-        int | None, typer.Option("--rank", help="Only this rank (of each role, or of --role).")
-    ] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job stops.")
-    ] = False,
-) -> None:
-    """Print what a job's ranks wrote to stdout and stderr, each line prefixed [role/rankN]
-    ([role/rankN:err] for stderr). `dlu events` prints the job's timeline."""
-    try:
-        for line in connect(address).logs(job, follow, role=role, rank=rank):
-            typer.echo(line)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-
-
-DEBUG_ACTIONS = {"mark-unhealthy": "mark_unhealthy", "get-step": "get_step", "set-step": "set_step"}
-
-
-@app.command()
-def debug(
-    job: Annotated[str, typer.Argument(help="Job name.")],
-    action: Annotated[str, typer.Argument(help="mark-unhealthy, get-step or set-step.")],
-    role: Annotated[str, typer.Argument(help="Role name.")],
-    rank: Annotated[int | None, typer.Option(help="One rank of the role; unset: every rank.")] = None,
-    step: Annotated[int | None, typer.Option(help="The step for set-step.")] = None,
-    address: AddressOpt = None,
-) -> None:
-    """Debug a running job: mark a role unhealthy (a recovery runs), read or set its step."""
-    if action not in DEBUG_ACTIONS:
-        raise _fail(f"unknown action {action!r}; use one of: {', '.join(DEBUG_ACTIONS)}")
-    if action == "set-step" and step is None:
-        raise _fail("set-step needs --step N")
-    try:
-        result = connect(address).debug(job, DEBUG_ACTIONS[action], role, rank, step)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    for actor, value in result.items():
-        typer.echo(f"{actor}\t{value}")
-
-
-@app.command()
-def scale(
-    job: Annotated[str, typer.Argument(help="Job name.")],
-    role: Annotated[
-        str, typer.Argument(help="A simple role of the job, or an elastic one with nnodes MIN:MAX.")
-    ],
-    size: Annotated[
-        int, typer.Argument(help="Its new actor count (>= 1); for an elastic role its node count, MIN..MAX.")
-    ],
-    address: AddressOpt = None,
-) -> None:
-    """Resize a role of a running job: a simple role's new actors start, surplus ones (highest
-    ranks) stop; an elastic role gets N nodes (MIN..MAX) and re-forms training in place."""
-    if size < 1:
-        raise _fail(f"size {size} is not allowed: give a whole number >= 1")
-    try:
-        result = connect(address).scale(job, role, size)
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    if result.get("failed"):
-        raise _fail(str(result.get("message")), code=1)
-    if not result.get("done"):
-        typer.echo(f"{role}: resize {result['old_size']} -> {result['new_size']} saved and still running")
-        return
-    typer.echo(f"{role}: {result.get('message') or 'resized'}")
-
-
-@app.command(name="list")
-def list_jobs(address: AddressOpt = None) -> None:
-    """Jobs known locally or on the cluster."""
-    try:
-        jobs = connect(address).list_jobs()
-    except DLUError as exc:
-        raise _fail(str(exc)) from None
-    for job in jobs:
-        code = "" if job.exit_code is None else f" exit={job.exit_code}"
-        typer.echo(f"{job.name}\t{job.stage.value}{code}\t{job.where}")
-
-
-@app.command()
-def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
-    """Check spec files and print every problem, each with its field and fix."""
-    bad = 0
-    for path in specs:
-        try:
-            load_spec(path)
-        except SpecError as exc:
-            bad += 1
-            typer.echo(f"{path}: {len(exc.problems)} problem(s)")
-            for problem in exc.problems:
-                typer.echo(f"  - {problem}")
-            continue
-        typer.echo(f"{path}: ok")
-    if bad:
-        raise typer.Exit(1)
-
-
-@app.command()
-def schema(
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")] = None,
-) -> None:
-    """Print the JSON Schema of a job spec."""
-    text = json.dumps(job_schema(), indent=2) + "\n"
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        output.write_text(text, encoding="utf-8")
+COMMAND_MODULES = (job_commands, spec_commands)  # the commands beyond run, resume and submit
 
 
 def main() -> None:

@@ -1,44 +1,58 @@
 """The job spec: one pydantic document that the driver sends and the PrimeMaster runs.
 
-Models check shape and ranges; rules that span fields live in `dlu_api.spec.rules`, so that
-`dlu validate` can report every such problem at once.
+The top-level models are here; the elastic role's settings are in
+`dlu_api.spec.elastic_settings`, the job-wide ones in `dlu_api.spec.job_settings` (all
+re-exported here). Models check shape and ranges; rules that span fields live in
+`dlu_api.spec.rules`, so that `dlu validate` can report every such problem at once.
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     JsonValue,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from dlu_api.rank_logs import parse_modes
+from dlu_api.spec.elastic_settings import CommBackend, ElasticSettings, NodeCheckSettings
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
+from dlu_api.spec.job_settings import HealthSettings, Limits, LogsSettings, MasterSettings, StateStoreSpec
+from dlu_api.spec.model_base import MemoryBytes, SpecModel
 from dlu_api.spec.torchrun import parse_nnodes, parse_torchrun
-from dlu_api.spec.units import parse_memory
 
 API_VERSION = "dlu/v1"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 ROLE_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-MemoryBytes = Annotated[
-    int,
-    BeforeValidator(parse_memory),
-    Field(description="Bytes; strings like '4GiB' or '512MB' are accepted and stored as bytes."),
+# The sub-models live in `elastic_settings`, `job_settings` and `model_base`; callers import
+# every spec model from here.
+__all__ = [
+    "API_VERSION",
+    "NAME_PATTERN",
+    "ROLE_PATTERN",
+    "Collocation",
+    "CommBackend",
+    "DeviceType",
+    "ElasticSettings",
+    "HealthSettings",
+    "JobSpec",
+    "Limits",
+    "LogsSettings",
+    "MasterSettings",
+    "MemoryBytes",
+    "NodeCheckSettings",
+    "PlacementStrategy",
+    "RecoveryPolicy",
+    "Resources",
+    "RoleKind",
+    "RoleSpec",
+    "StateStoreSpec",
+    "is_valid_job_name",
 ]
 
 
@@ -67,13 +81,7 @@ class PlacementStrategy(StrEnum):
     STRICT_SPREAD = "STRICT_SPREAD"
 
 
-class CommBackend(StrEnum):
-    AUTO = "auto"  # nccl on GPU, gloo on CPU
-    GLOO = "gloo"
-    NCCL = "nccl"
-
-
-class Resources(_Model):
+class Resources(SpecModel):
     """What one actor of a role asks Ray for."""
 
     cpu: float = Field(default=1.0, ge=0, description="CPU cores per actor.")
@@ -98,84 +106,7 @@ class Resources(_Model):
         return value
 
 
-class NodeCheckSettings(_Model):
-    """Thresholds of the pre-training node check (timed matmul + allreduce in node pairs)."""
-
-    enabled: bool = True
-    timeout_s: float = Field(default=300.0, gt=0, description="A check round slower than this fails.")
-    straggler_ratio: float = Field(
-        default=2.0,
-        gt=1,
-        description="A node whose best time exceeds the median by this factor is a straggler.",
-    )
-    exclude_stragglers: bool = False
-    matmul_size: int = Field(default=1024, ge=16, description="Side of the square matmul.")
-    allreduce_mb: float = Field(default=16.0, gt=0, description="Size of the allreduce payload.")
-
-
-class ElasticSettings(_Model):
-    """torchrun's knobs for an elastic role."""
-
-    nnodes: str = Field(default="1", description="Node count 'N', or an elastic range 'MIN:MAX'.")
-    nproc_per_node: int = Field(default=1, ge=1)
-    comm_backend: CommBackend = CommBackend.AUTO
-    node_check: NodeCheckSettings = Field(default_factory=NodeCheckSettings)
-    setup_process_group: bool = Field(
-        default=True, description="Call init_process_group before user code runs (functions only)."
-    )
-    agent_store: bool = Field(
-        default=True,
-        description="Host the process group's TCPStore before training starts, as torchrun's agent "
-        "does (TORCHELASTIC_USE_AGENT_STORE=True), so no rank waits for rank 0's; false: rank 0's "
-        "process hosts it.",
-    )
-    rendezvous_grace_s: float = Field(
-        default=30.0,
-        ge=0,
-        description="With a MIN:MAX range, how long to wait for MAX nodes once MIN have joined.",
-    )
-    start_timeout_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="With a MIN:MAX range, how long the job waits for Ray to place MAX nodes before it "
-        "starts with the nodes it has (at least MIN; fewer: it stops, saying what was missing).",
-    )
-    replace_timeout_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="With a MIN:MAX range, how long a node's ranks may stay unplaceable (Ray restarting "
-        "them) before the node counts as lost for good and the role shrinks in place.",
-    )
-    resize_interval_s: float = Field(
-        default=60.0,
-        ge=0,
-        description="With a MIN:MAX range, the least time between two automatic resizes of the role "
-        "(a flapping node cannot make it thrash).",
-    )
-
-    @field_validator("nnodes", mode="before")
-    @classmethod
-    def _nnodes_text(cls, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        return value
-
-    @field_validator("nnodes")
-    @classmethod
-    def _nnodes_range(cls, value: str) -> str:
-        parse_nnodes(value)
-        return value
-
-    @property
-    def min_nodes(self) -> int:
-        return parse_nnodes(self.nnodes)[0]
-
-    @property
-    def max_nodes(self) -> int:
-        return parse_nnodes(self.nnodes)[1]
-
-
-class RoleSpec(_Model):
+class RoleSpec(SpecModel):
     """One role of the job: N actors running the same entrypoint."""
 
     name: str = Field(pattern=ROLE_PATTERN)
@@ -273,103 +204,13 @@ class RoleSpec(_Model):
         return self
 
 
-class Collocation(_Model):
+class Collocation(SpecModel):
     """Roles whose actors share placement bundles (and so nodes and GPUs)."""
 
     roles: list[str] = Field(min_length=2)
 
 
-class StateStoreSpec(_Model):
-    """Which state store keeps the PrimeMaster's state, by registered name."""
-
-    name: str = Field(default="embedded", description="'embedded', 'memory', 'redis', or a plugin.")
-    options: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-class Limits(_Model):
-    """Restart budgets; exceeding one stops the job with a reason naming it."""
-
-    job_max_restart: int = Field(default=10, ge=0)
-    node_max_restart: int = Field(default=10, ge=0)
-    master_max_restart: int = Field(default=10, ge=0)
-    global_restart_budget: int = Field(
-        default=3, ge=0, description="Job-wide (global) restarts allowed, as in the health seed."
-    )
-
-
-class HealthSettings(_Model):
-    heartbeat_interval_s: float = Field(default=5.0, gt=0)
-    heartbeat_timeout_s: float = Field(default=120.0, gt=0)
-    hang_timeout_s: float | None = Field(
-        default=None, gt=0, description="No training step for this long counts as a hang; unset: off."
-    )
-    monitor_interval_s: float = Field(default=1.0, gt=0)
-
-
-class MasterSettings(_Model):
-    """Resources of the PrimeMaster actor and the isolation resources that pin actors to nodes."""
-
-    cpu: float = Field(default=1.0, ge=0)
-    memory: MemoryBytes = 0
-    isolation_resource: str | None = Field(
-        default=None, description="Custom resource that only the PrimeMaster's nodes offer."
-    )
-    worker_isolation_resource: str | None = Field(
-        default=None, description="Custom resource that only the worker nodes offer."
-    )
-
-
-def _mode_text(value: Any) -> Any:
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-StreamMode = Annotated[str, BeforeValidator(_mode_text)]
-
-
-class LogsSettings(_Model):
-    """Per-rank log files: `<dir>/<job>/<run_id>/<role>/rank<N>.out` and `.err`, as torchrun's
-    `--log-dir`, `--redirects` and `--tee`."""
-
-    dir: str | None = Field(
-        default=None,
-        description="Absolute root of the rank log files; unset: $DLU_HOME/logs for a local job, "
-        "the Ray session's log dir (its dlu/ folder) on each node of a cluster.",
-    )
-    redirects: StreamMode = Field(
-        default="3",
-        description="Streams written to the rank files instead of the actor's output: 0 none, "
-        "1 stdout, 2 stderr, 3 both, or per rank, e.g. '0:3,1:2'.",
-    )
-    tee: StreamMode = Field(
-        default="0",
-        description="Streams written to the rank files and also printed by `dlu run` with a "
-        "[role/rankN] prefix; same forms as redirects.",
-    )
-
-    @field_validator("dir")
-    @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not value.strip():
-            raise ValueError(
-                "logs.dir is empty: give an absolute path, e.g. dir: /data/logs, or leave it out"
-            )
-        if not value.startswith(("/", "~")):
-            raise ValueError(
-                f"logs.dir {value!r} is relative (it would mean another folder on each node): "
-                "give an absolute path, e.g. dir: /data/logs"
-            )
-        return value
-
-    @field_validator("redirects", "tee")
-    @classmethod
-    def _modes(cls, value: str, info: ValidationInfo) -> str:
-        parse_modes(value, f"logs.{info.field_name}")
-        return value
-
-
-class JobSpec(_Model):
+class JobSpec(SpecModel):
     """A DLU job. `dlu schema` prints its JSON Schema."""
 
     api_version: Literal["dlu/v1"] = API_VERSION

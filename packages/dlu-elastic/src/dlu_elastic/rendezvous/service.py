@@ -16,8 +16,9 @@ usually does the whole rendezvous (measured in benchmarks/rendezvous_scale.py: e
 costs this machine about half a millisecond of server CPU whatever it does, so the number of
 calls is the figure). Rendezvous calls run on the loop (they take a lock for microseconds).
 
-The ElasticMaster plugs its logic in through plain callables (`on_node_check`, `on_heartbeat`,
-`on_failure`); they run on the server's few worker threads, after the request was
+The servicer (validation, the master's hooks) is `dlu_elastic.rendezvous.servicer`; held calls
+wait on `dlu_elastic.rendezvous.round_watch.RoundWatch`. The ElasticMaster plugs its logic in
+through plain callables (`on_node_check`, `on_heartbeat`, `on_failure`); they run on the server's few worker threads, after the request was
 authenticated, validated and matched to the current round, so they must be thread-safe and
 quick: hand anything slow (Ray calls, restarts) to another thread.
 """
@@ -25,15 +26,13 @@ quick: hand anything slow (Ray calls, restarts) to another thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
-import math
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -41,142 +40,36 @@ import grpc.aio
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_elastic.rendezvous import refusals
 from dlu_elastic.rendezvous.refusals import REFUSAL_LOG_INTERVAL_S, RefusalLog
-from dlu_elastic.rendezvous.state import (
-    AgentInfo,
-    AgentView,
-    InvalidRequestError,
-    NotMemberError,
-    Rendezvous,
-    RendezvousStateError,
-    StaleRoundError,
-    check_id,
+from dlu_elastic.rendezvous.round_watch import RoundWatch
+from dlu_elastic.rendezvous.servicer import (
+    ElasticServicer,
+    FailureHook,
+    HeartbeatHook,
+    NodeCheckHook,
+    rendezvous_state,
 )
+from dlu_elastic.rendezvous.state import AgentView, InvalidRequestError, RendezvousStateError
+
+__all__ = [  # the servicer's names are re-exported: callers import them from here
+    "MAX_WAIT_S",
+    "SERVICE",
+    "ElasticServicer",
+    "FailureHook",
+    "HeartbeatHook",
+    "NodeCheckHook",
+    "RunningServer",
+    "rendezvous_state",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
-
-NodeCheckHook = Callable[[pb.NodeCheckReport], None]
-HeartbeatHook = Callable[[pb.HeartbeatRequest], "pb.Action | int"]
-FailureHook = Callable[[pb.FailureReport], None]
 
 SERVICE = "dlu.elastic.v1.ElasticService"
 MAX_WAIT_S = 60.0  # a held call is answered after this at the latest, whatever it asked
 _DEADLINE_MARGIN_S = 0.05  # a held call answers this long before the client's deadline
-_RECHECK_S = 0.05  # while calls are held, the grace period is re-evaluated this often
 _START_TIMEOUT_S = 30.0
 
-_ACTIONS = frozenset(pb.Action.values())
-_MAX_ERROR_LENGTH = 64 * 1024  # error texts are tracebacks; more is a runaway log, not a report
-
 _T = TypeVar("_T")
-
-
-class ElasticServicer:
-    """Validates requests and delegates to the rendezvous and the master's hooks. Transport
-    free: the server below calls these with decoded, authenticated requests."""
-
-    def __init__(
-        self,
-        rendezvous: Rendezvous,
-        *,
-        on_node_check: NodeCheckHook | None = None,
-        on_heartbeat: HeartbeatHook | None = None,
-        on_failure: FailureHook | None = None,
-    ) -> None:
-        self.rendezvous = rendezvous
-        self._on_node_check = on_node_check
-        self._on_heartbeat = on_heartbeat
-        self._on_failure = on_failure
-
-    def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
-        _check_wait(request.wait_s)
-        agent = AgentInfo(
-            agent_id=request.agent_id,
-            node_id=request.node_id,
-            local_ranks=request.local_ranks,
-            host=request.host,
-            free_port=request.free_port,
-            node_rank_hint=request.node_rank_hint if request.HasField("node_rank_hint") else None,
-        )
-        result = self.rendezvous.join(agent)
-        return pb.JoinResponse(round=result.round, accepted=result.accepted)
-
-    def view(self, request: pb.GetRendezvousRequest) -> AgentView:
-        check_id("agent_id", request.agent_id)
-        _check_wait(request.wait_s)
-        return self.rendezvous.view(request.agent_id, request.round)
-
-    def settled_view(self, agent_id: str, round_: int) -> AgentView | Literal[False] | None:
-        """The agent's view once `round_` is complete; False once it never can be (superseded,
-        or the agent left it: the agent must join again, at once); None while it is pending."""
-        try:
-            view = self.rendezvous.view(agent_id, round_)
-        except (StaleRoundError, NotMemberError):
-            return False
-        return view if view.complete else None
-
-    def report_node_check(self, request: pb.NodeCheckReport) -> pb.Ack:
-        check_id("agent_id", request.agent_id)
-        check_id("node_id", request.node_id)
-        _check_error_text(request.error)
-        if not (math.isfinite(request.elapsed_s) and request.elapsed_s >= 0):
-            raise InvalidRequestError(f"elapsed_s must be a finite number >= 0, got {request.elapsed_s}")
-        if request.check_round not in (0, 1, 2):
-            raise InvalidRequestError(f"check_round must be 0, 1 or 2, got {request.check_round}")
-        self.rendezvous.require_member(request.agent_id, request.round)
-        if self._on_node_check is not None:
-            self._on_node_check(request)
-        return pb.Ack()
-
-    def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
-        check_id("agent_id", request.agent_id)
-        if request.step < 0:
-            raise InvalidRequestError(f"step must be >= 0, got {request.step}")
-        if not (math.isfinite(request.timestamp) and request.timestamp >= 0):
-            raise InvalidRequestError(
-                f"timestamp must be finite seconds since the epoch, got {request.timestamp}"
-            )
-        # A NaN or infinite metric is legitimate: a diverging loss is exactly what the master wants to see.
-        self.rendezvous.require_member(request.agent_id, request.round)
-        action = pb.ACTION_NONE if self._on_heartbeat is None else self._on_heartbeat(request)
-        if action not in _ACTIONS:
-            raise RuntimeError(f"on_heartbeat returned {action!r}, not an elastic.v1.Action")
-        return pb.HeartbeatResponse(action=cast("pb.Action", action))
-
-    def report_failure(self, request: pb.FailureReport) -> pb.Ack:
-        check_id("agent_id", request.agent_id)
-        _check_error_text(request.error)
-        if request.local_rank < -1:
-            raise InvalidRequestError(
-                f"local_rank must be >= 0, or -1 for the agent itself, got {request.local_rank}"
-            )
-        self.rendezvous.require_member(request.agent_id, request.round)
-        if self._on_failure is not None:
-            self._on_failure(request)
-        return pb.Ack()
-
-
-def rendezvous_state(view: AgentView) -> pb.RendezvousState:
-    """The wire form of what one agent knows about its round."""
-    state = pb.RendezvousState(round=view.round, joined_agents=view.joined, waiting_agents=view.waiting)
-    if view.assignment is not None and view.placement is not None:
-        state.complete = True
-        state.world_size = view.assignment.world_size
-        state.group_world_size = view.assignment.group_world_size
-        state.master_addr = view.assignment.master_addr
-        state.master_port = view.assignment.master_port
-        state.group_rank = view.placement.group_rank
-        state.rank_offset = view.placement.rank_offset
-    return state
-
-
-def _check_error_text(error: str) -> None:
-    if len(error) > _MAX_ERROR_LENGTH:
-        raise InvalidRequestError(f"error is {len(error)} characters long; the limit is {_MAX_ERROR_LENGTH}")
-
-
-def _check_wait(wait_s: float) -> None:
-    if not (math.isfinite(wait_s) and wait_s >= 0):
-        raise InvalidRequestError(f"wait_s must be a finite number of seconds >= 0, got {wait_s}")
 
 
 # SO_REUSEPORT off: an explicit port already in use fails in `serve` instead of being silently
@@ -207,70 +100,6 @@ def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-class _RoundWatch:
-    """Wakes held calls when a round completes or moves on. Lives on the server's loop.
-
-    The rendezvous calls `_notify` from any thread, under its lock; the news reaches the loop
-    through `call_soon_threadsafe`, where one event per change wakes every held call. While
-    calls are held, one ticker refreshes the rendezvous so a grace period that runs out is seen.
-    """
-
-    def __init__(self, rendezvous: Rendezvous, loop: asyncio.AbstractEventLoop) -> None:
-        self._rendezvous = rendezvous
-        self._loop = loop
-        self._event = asyncio.Event()
-        self._held = 0
-        self._ticker: asyncio.Task[None] | None = None
-        self.remove = rendezvous.add_listener(self._notify)
-
-    @property
-    def held(self) -> int:
-        """How many calls are held now (read from any thread: tests and debugging)."""
-        return self._held
-
-    def _notify(self) -> None:
-        with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is held
-            self._loop.call_soon_threadsafe(self._fire)
-
-    def _fire(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def until(self, ready: Callable[[], _T | None], timeout_s: float) -> _T | None:
-        """`ready()`'s first non-None answer, checked now and after every change; None when
-        `timeout_s` passes first. Exceptions of `ready()` propagate."""
-        deadline = self._loop.time() + timeout_s
-        self._held += 1
-        if self._ticker is None:
-            self._ticker = self._loop.create_task(self._tick())
-        try:
-            while True:
-                event = self._event  # taken before the check: a change after it sets this event
-                found = ready()
-                remaining = deadline - self._loop.time()
-                if found is not None or remaining <= 0:
-                    return found
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
-                        await event.wait()
-        finally:
-            self._held -= 1
-
-    def close(self) -> None:
-        """Stop hearing from the rendezvous and stop the ticker (on the loop, at shutdown)."""
-        self.remove()
-        if self._ticker is not None:
-            self._ticker.cancel()
-
-    async def _tick(self) -> None:
-        try:
-            while self._held:
-                await asyncio.sleep(_RECHECK_S)
-                self._rendezvous.refresh()
-        finally:
-            self._ticker = None
-
-
 _Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
@@ -284,7 +113,7 @@ class _Server:
         self._token = token.encode()
         self._pool = pool
         self._loop = asyncio.get_running_loop()
-        self.watch = _RoundWatch(servicer.rendezvous, self._loop)
+        self.watch = RoundWatch(servicer.rendezvous, self._loop)
         self.refusals = RefusalLog(log, self._loop, refusal_log_interval_s)
 
     def handlers(self) -> grpc.GenericRpcHandler:
@@ -391,7 +220,7 @@ class RunningServer:
     loop: asyncio.AbstractEventLoop = field(repr=False)
     thread: threading.Thread = field(repr=False)
     pool: ThreadPoolExecutor = field(repr=False)
-    watch: _RoundWatch | None = field(repr=False, default=None)
+    watch: RoundWatch | None = field(repr=False, default=None)
     refusals: RefusalLog | None = field(repr=False, default=None)
     _stopped: bool = field(default=False, repr=False)
 

@@ -1,4 +1,5 @@
-"""Every change to a job's state, as data, and the one function that applies it.
+"""Every change to a job's state, as data (`change_types`, re-exported here), and the one
+function that applies it.
 
 The PrimeManager decides (pure policies), describes what follows as changes, and hands them to
 `PrimeManager.apply`, the only code that changes the state: it calls `apply_change` for each,
@@ -9,11 +10,30 @@ does is testable on a bare `JobState`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from dlu_api.status import JobEvent, JobStage
-from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict, Recovery
+from dlu_api.status import JobEvent
+from dlu_prime.master.change_types import (
+    ActorsClosed,
+    ActorsPlaced,
+    ActorsRestarting,
+    ActorsStaged,
+    Change,
+    ChannelRegistered,
+    EndpointPublished,
+    FailoverBegan,
+    FailoverEnded,
+    FailuresCounted,
+    InPlaceJudged,
+    MasterRestarted,
+    NodesRelaunched,
+    NodesRemoved,
+    Note,
+    Observed,
+    SetupRetried,
+    StageChanged,
+)
+from dlu_prime.master.failover import InPlaceVerdict, Recovery
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import (
     ResizeBegan,
@@ -34,164 +54,33 @@ from dlu_prime.master.state import (
     close_actors,
 )
 
+# The change types live in `change_types`; callers import them from here, with `apply_change`.
+__all__ = [
+    "DEATHS",
+    "ActorsClosed",
+    "ActorsPlaced",
+    "ActorsRestarting",
+    "ActorsStaged",
+    "Change",
+    "ChannelRegistered",
+    "EndpointPublished",
+    "FailoverBegan",
+    "FailoverEnded",
+    "FailuresCounted",
+    "InPlaceJudged",
+    "MasterRestarted",
+    "NodesRelaunched",
+    "NodesRemoved",
+    "Note",
+    "Observed",
+    "SetupRetried",
+    "StageChanged",
+    "apply_change",
+    "count",
+]
+
 _NoteFn = Callable[["Note"], None]
 DEATHS = ("died", "restarted", "unavailable")  # failures after which the actor's process is gone
-
-
-@dataclass(frozen=True)
-class Note:
-    """Only an event on the timeline."""
-
-    kind: str
-    message: str
-    role: str | None = None
-    actor: str | None = None
-    node_id: str | None = None
-    tier: Tier | None = None
-    duration_s: float | None = None
-
-
-@dataclass(frozen=True)
-class StageChanged:
-    """The job's stage (checked against the allowed moves by the caller)."""
-
-    stage: JobStage
-    reason: str = ""
-    exit_code: int | None = None
-
-
-@dataclass(frozen=True)
-class ActorsPlaced:
-    """Actors (re)created on these nodes; `stage` set when they passed their self check."""
-
-    nodes: Mapping[str, str | None]
-    stage: ActorStage | None = None
-    fresh: bool = False  # replacements: their pushed-error count starts again
-    note: Note | None = None
-
-
-@dataclass(frozen=True)
-class ActorsRestarting:
-    """A SubMaster asked for these actors to be replaced; `counted` unless its failover already was."""
-
-    names: Sequence[str]
-    reason: str
-    counted: bool
-
-
-@dataclass(frozen=True)
-class ActorsStaged:
-    names: Sequence[str]
-    stage: ActorStage
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Observed:
-    """One monitoring pass as judged by `assess`."""
-
-    assessment: Assessment
-
-
-@dataclass(frozen=True)
-class FailuresCounted:
-    """Per-node failure counts of a failover plan, and its notes (a node over its limit)."""
-
-    node_failures: Mapping[str, int]
-    notes: Sequence[str] = ()
-
-
-@dataclass(frozen=True)
-class FailoverBegan:
-    """A recovery counted (unless it joins another fault's) and saved in flight before acting."""
-
-    recovery: Recovery
-    escalated: bool = False
-
-
-@dataclass(frozen=True)
-class FailoverEnded:
-    """The in-flight recovery is over, on every path; `error` when it failed."""
-
-    record: FailoverRecord
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class SetupRetried:
-    """An actor Ray rebuilt during the checks is checked again: counted like a restart."""
-
-    recovery: Recovery
-
-
-@dataclass(frozen=True)
-class InPlaceJudged:
-    """A failed training process, judged by `judge_inplace`."""
-
-    role: str
-    agent: str | None
-    message: str
-    decision: InPlaceDecision
-
-
-@dataclass(frozen=True)
-class NodesRemoved:
-    nodes: Sequence[str]
-
-
-@dataclass(frozen=True)
-class NodesRelaunched:
-    nodes: Sequence[str]
-    replaced_by: Sequence[str]
-    duration_s: float
-
-
-@dataclass(frozen=True)
-class MasterRestarted:
-    pass
-
-
-@dataclass(frozen=True)
-class ChannelRegistered:
-    name: str
-    kind: str
-    actor_name: str
-
-
-@dataclass(frozen=True)
-class EndpointPublished:
-    key: str
-    value: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class ActorsClosed:
-    """The job ended: what still ran is recorded STOPPED."""
-
-
-Change = (
-    Note
-    | StageChanged
-    | ActorsPlaced
-    | ActorsRestarting
-    | ActorsStaged
-    | Observed
-    | FailuresCounted
-    | FailoverBegan
-    | FailoverEnded
-    | SetupRetried
-    | InPlaceJudged
-    | NodesRemoved
-    | NodesRelaunched
-    | MasterRestarted
-    | ChannelRegistered
-    | EndpointPublished
-    | ActorsClosed
-    | ResizeBegan
-    | ResizeEnded
-    | StartedWithout
-    | TargetSet
-)
 
 
 def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:

@@ -7,9 +7,9 @@ before anything acts on it, and then lets its hooks react (the log, metrics). A 
 PrimeMaster therefore resumes from exactly what this one had decided; a lost compare-and-set
 means another PrimeMaster owns the job and this one must stop touching it.
 
-Around it: `recovery.py` runs failovers, `setup_checks.py` the checks before a run,
-`registry.py` the endpoints and channels, `debug.py` what `dlu debug` needs, `persistence.py`
-the store writes.
+Around it: `stages.py` drives the stages (the monitoring loop), `recovery.py` runs failovers,
+`setup_checks.py` the checks before a run, `registry.py` the endpoints and channels, `debug.py`
+what `dlu debug` needs, `persistence.py` the store writes.
 """
 
 from __future__ import annotations
@@ -18,23 +18,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus
 from dlu_prime.extension import Extension
 from dlu_prime.master.changes import (
-    ActorsClosed,
-    ActorsPlaced,
-    ActorsStaged,
     Change,
     Note,
-    Observed,
     StageChanged,
     apply_change,
 )
 from dlu_prime.master.debug import DebugTools
-from dlu_prime.master.elastic_resize import ElasticResizer, unplaced_elastic
+from dlu_prime.master.elastic_resize import ElasticResizer
 from dlu_prime.master.hooks import failover_metrics, log_stage
 from dlu_prime.master.lifecycle import (
     ALLOWED,
@@ -48,19 +43,18 @@ from dlu_prime.master.lifecycle import (
     new_state,
     resume_problem,
     resumed_state,
-    start_targets,
 )
 from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.monitor import Assessment, Failure, assess
+from dlu_prime.master.monitor import Assessment, Failure
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.recovery import SUB_MASTER_FAILOVER_TIMEOUT_S, FailoverRunner
 from dlu_prime.master.registry import Registry
-from dlu_prime.master.resize import resizing
 from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.setup_checks import SetupChecks
-from dlu_prime.master.state import ActorStage, JobState, Tier
-from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
+from dlu_prime.master.stages import StageDriver
+from dlu_prime.master.state import JobState, Tier
+from dlu_prime.scheduler.base import ActorObservation, Scheduler
 from dlu_prime.state.base import StateStore
 
 logger = logging.getLogger(__name__)
@@ -107,11 +101,8 @@ class PrimeManager:
         self.checks = SetupChecks(self)
         self.registry = Registry(self)
         self.debug = DebugTools(self)
-        self._wake = threading.Event()
-        self._stop_request: str | None = None
-        self._failed_request: str | None = None
         self.liveness = Liveness()
-        self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
+        self.driver = StageDriver(self)  # the stage loop, and what other threads ask of it
 
     # construction ------------------------------------------------------------------------------
     @classmethod
@@ -231,31 +222,23 @@ class PrimeManager:
 
     # control from other threads ----------------------------------------------------------------
     def request_stop(self, reason: str = "stopped by user request") -> None:
-        with self.lock:
-            if self._stop_request is None:
-                self._stop_request = reason
-        self._wake.set()
+        self.driver.request_stop(reason)
 
     def request_stop_failed(self, reason: str) -> None:
         """Stop the job as failed (a limit reached outside the monitoring thread)."""
-        with self.lock:
-            if self._failed_request is None:
-                self._failed_request = reason
-        self._wake.set()
+        self.driver.request_stop_failed(reason)
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop_request is not None
+        return self.driver.stop_requested
 
     def wake(self) -> None:
         """A pushed report (an actor restarted, an error): monitor now instead of at the next tick."""
-        self._wake.set()
+        self.driver.wake()
 
     def inject(self, failures: Sequence[Failure]) -> None:
         """Failures reported through the PrimeMaster, judged at the next pass (woken now)."""
-        with self.lock:
-            self._injected.extend(failures)
-        self._wake.set()
+        self.driver.inject(failures)
 
     def record_event(
         self,
@@ -286,125 +269,27 @@ class PrimeManager:
         with self.lock:
             return self.liveness.last_steps()
 
-    # stages ------------------------------------------------------------------------------------
+    # stages (run by `StageDriver`, `stages.py`) -------------------------------------------------
     def run(self) -> None:
         """Drive the job from its current stage to STOPPED (the PrimeMaster's main loop)."""
-        try:
-            if self.state.stage is JobStage.INIT:
-                self.prepare()
-            if self.state.stage is JobStage.READY:
-                self.start()
-            if self.state.stage is JobStage.RUNNING:
-                self.recovery.resume()  # one a previous PrimeMaster saved but did not finish
-            while self.state.stage is JobStage.RUNNING:
-                self.flush()
-                self.resizer.resume()  # a saved `dlu scale` (also one a previous PrimeMaster began)
-                self.elastic.tick(self.clock())
-                self.monitor_once()
-                if self.state.stage is JobStage.RUNNING:
-                    self._wake.wait(self.state.spec.health.monitor_interval_s)
-                    self._wake.clear()
-            if self.state.stage is JobStage.STOPPING:
-                self._finish_stopping()
-            self.writer.flush_final(self.save)
-        except FencedError:
-            logger.error("job %s: fenced by a newer PrimeMaster; this one stops acting", self.state.job)
-            raise
-        except Exception as exc:
-            logger.exception("job %s: PrimeMaster error", self.state.job)
-            if self.state.stage not in (JobStage.STOPPING, JobStage.STOPPED):
-                self.finish(EXIT_FAILED, f"PrimeMaster error: {type(exc).__name__}: {exc}")
+        self.driver.run()
 
     def prepare(self) -> None:
         """INIT -> READY: place and create actors, run their self checks and the SubMasters' checks."""
-        try:
-            nodes = self.scheduler.prepare()
-            placed = Note("actors_created", f"{len(nodes)} actor(s) placed")
-            self.apply(ActorsPlaced(nodes, note=placed), *unplaced_elastic(self.state, nodes))
-            names = list(self.state.actors)
-            if self._stop_request is not None:
-                self.finish(EXIT_STOPPED, self._stop_request)
-                return
-            self.checks.run(names)
-        except SchedulingError as exc:
-            self.finish(EXIT_FAILED, f"cannot schedule the job: {exc}")
-            return
-        except RestartLimitError as exc:
-            self.finish(EXIT_FAILED, str(exc))
-            return
-        except ActorSetupError as exc:
-            self.apply(ActorsStaged([exc.actor], ActorStage.FAILED, exc.error))
-            self.finish(EXIT_FAILED, f"{exc.actor} failed its self check: {exc.error}")
-            return
-        self.apply(ActorsStaged(list(self.state.actors), ActorStage.READY))
-        self.transition(JobStage.READY, "every actor passed its self check")
+        self.driver.prepare()
 
     def start(self) -> None:
         """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
-        if self._stop_request is not None:
-            self.finish(EXIT_STOPPED, self._stop_request)
-            return
-        self.transition(JobStage.RUNNING, "job started")
-        self.scheduler.start(start_targets(self.state))
+        self.driver.start()
 
     def step(self, observations: dict[str, ActorObservation], now: float) -> Assessment:
-        """Observations -> judgement, pure but for the liveness memory it keeps (when each
-        actor's beats and steps last moved, on this clock)."""
-        live = self.liveness
-        live.track(observations, now)
-        result = assess(self.state, observations, now, live.steps, live.unavailable, live.beats)
-        with self.lock:
-            injected, self._injected = self._injected, []
-        return replace(result, failures=(*result.failures, *injected)) if injected else result
+        """Observations -> judgement (see `StageDriver.step`)."""
+        return self.driver.step(observations, now)
 
     def monitor_once(self) -> Assessment:
-        """One pass: poll, judge (`step`), apply, then recover (the policy is pure too). Ends the
-        job at a limit or when every driver role has finished."""
-        if self._failed_request is not None:
-            self.finish(EXIT_FAILED, self._failed_request)
-            return Assessment()
-        if self._stop_request is not None:
-            self.finish(EXIT_STOPPED, self._stop_request)
-            return Assessment()
-        busy = resizing(self.state)  # being created or stopped by a resize: not judged
-        observations = self.scheduler.poll([n for n in self.state.actors if n not in busy])
-        now = self.clock()
-        result = self.elastic.intercept(self.step(observations, now), observations, now)
-        if result.stage_changes or result.node_changes or result.failures or result.errors_seen:
-            self.apply(Observed(result))
-        if self.metrics is not None:
-            ages = {
-                n: now - o.last_heartbeat for n, o in observations.items() if o.last_heartbeat is not None
-            }
-            self.metrics.observe_state(self.state, ages)
-        if result.failures:
-            self.recovery.recover(result.failures, observations)
-        elif result.all_drivers_finished:
-            drivers = ", ".join(r.name for r in self.state.spec.roles if r.is_driver)
-            self.finish(EXIT_OK, f"every driver role finished ({drivers})")
-        return result
+        """One pass: poll, judge, apply, then recover (see `StageDriver.monitor_once`)."""
+        return self.driver.monitor_once()
 
     def finish(self, exit_code: int, reason: str) -> None:
         """Any stage -> STOPPING -> STOPPED: stop and remove every actor and placement group."""
-        if self.state.stage in (JobStage.STOPPING, JobStage.STOPPED):
-            return
-        self.transition(JobStage.STOPPING, reason, exit_code)
-        self._finish_stopping()
-
-    def _finish_stopping(self) -> None:
-        """Stop, clean up, then STOPPED even if a step failed: a job left in STOPPING would keep
-        its driver waiting forever. A failed step is recorded on the timeline."""
-        live = [n for n, a in self.state.actors.items() if not a.stage.is_terminal]
-        steps: list[tuple[str, Callable[[], None]]] = [
-            ("stop", lambda: self.scheduler.stop(live)),
-            ("cleanup", self.scheduler.cleanup),
-        ]
-        for step, call in steps:
-            try:
-                call()
-            except Exception as exc:
-                logger.exception("job %s: %s failed", self.state.job, step)
-                self.apply(Note(f"{step}_failed", f"{type(exc).__name__}: {exc}"))
-        self.apply(ActorsClosed())
-        self.transition(JobStage.STOPPED)
-        self.writer.retain(self.state.job)
+        self.driver.finish(exit_code, reason)

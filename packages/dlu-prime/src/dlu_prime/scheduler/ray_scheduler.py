@@ -1,34 +1,31 @@
 """The Ray side of scheduling: detached, named placement groups and actors for one job.
 
 Everything is created under names from `dlu_prime.naming`, with `get_if_exists`, so a
-restarted PrimeMaster adopts what is already there instead of creating duplicates.
+restarted PrimeMaster adopts what is already there instead of creating duplicates. How one
+actor is created (its options, what it is told) is `dlu_prime.scheduler.ray_actors`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from dlu_api.spec.models import JobSpec, RoleSpec
+from dlu_api.spec.models import JobSpec
 from dlu_prime import naming
-from dlu_prime.master.state import SUB_MASTER_RANK
 from dlu_prime.naming import NAMESPACE, sub_master_name
-from dlu_prime.roles import sub_master_path, worker_actor_path
+from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
-from dlu_prime.scheduler.gpu import NOSET_ENV_VAR, device_env, ray_noset_visible_devices
+from dlu_prime.scheduler.gpu import device_env
 from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
-    ISOLATION_AMOUNT,
     ActorPlan,
     GroupPlan,
     PlacementPlan,
@@ -37,43 +34,19 @@ from dlu_prime.scheduler.placement import (
     scaled_actor,
     unplaced_message,
 )
+from dlu_prime.scheduler.ray_actors import (
+    ActorClassFor,
+    create_sub_master,
+    create_worker,
+    default_actor_class,
+    error_text,
+    setup_error,
+)
 from dlu_prime.scheduler.ray_queries import dead_nodes, requeue_shards
-from dlu_prime.scheduler.worker_info import worker_info
-from dlu_prime.worker.actor import WorkerActor, WorkerInfo
-from dlu_prime.worker.submaster import SubMasterActor
 
 logger = logging.getLogger(__name__)
 
-ActorClassFor = Callable[[RoleSpec], type]
-
-RPC_CONCURRENCY = 64
-# Ray reconstructs a dead worker or SubMaster and the new incarnation reports RESTARTED: the
-# failover ladder starts there (the seed). The PrimeMaster's limits bound the restarts; Ray's
-# own count must never end a recovery first.
-RECONSTRUCT = -1
 POLL_TIMEOUT_S = 10.0
-
-
-def default_actor_class(role: RoleSpec) -> type:
-    """The actor class of a role's workers: dlu-elastic's for elastic roles, else WorkerActor."""
-    path = worker_actor_path(role)
-    if path is None:
-        return WorkerActor
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def _setup_error(name: str, exc: BaseException) -> ActorSetupError:
-    """A failed lifecycle call; transient when the actor's process died under it (Ray rebuilds
-    it, and the call can be made again on the new incarnation)."""
-    died = isinstance(exc, RayActorError | ActorUnavailableError) and not isinstance(exc, RayTaskError)
-    return ActorSetupError(name, _error_text(exc), transient=died)
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, RayTaskError):
-        return str(exc.cause) if exc.cause is not None else str(exc)
-    return f"{type(exc).__name__}: {exc}"
 
 
 class RayScheduler(Scheduler):
@@ -143,62 +116,9 @@ class RayScheduler(Scheduler):
 
     # actors ----------------------------------------------------------------------------------
     def _create_actor(self, plan: ActorPlan) -> Any:
-        role = self.spec.role(plan.role)
-        env_vars = {NOSET_ENV_VAR: "1"} if ray_noset_visible_devices(role) else {}
-        actor_class = ray.remote(self._actor_class_for(role))
-        options: dict[str, Any] = {
-            **plan.options,
-            "name": plan.name,
-            "namespace": NAMESPACE,
-            "lifetime": "detached",
-            "get_if_exists": True,
-            "max_restarts": RECONSTRUCT,
-            "max_concurrency": RPC_CONCURRENCY,
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                placement_group=self._placement_group(plan.group),
-                placement_group_bundle_index=plan.bundle_index,
-            ),
-        }
-        if env_vars:
-            options["runtime_env"] = {"env_vars": env_vars}
-        return actor_class.options(**options).remote(worker_info(self.spec, plan, self.workdir, self.run_id))  # pyright: ignore[reportUnknownMemberType]
-
-    def _create_sub_master(self, role: RoleSpec, path: str) -> tuple[str, Any]:
-        """A role's SubMaster: outside the placement groups, next to the PrimeMaster."""
-        name = sub_master_name(self.spec.name, role.name)
-        info = WorkerInfo(
-            job=self.spec.name,
-            role=role.name,
-            rank=SUB_MASTER_RANK,
-            world_size=role.total,
-            local_rank=0,
-            local_world_size=1,
-            node_rank=0,
-            actor_name=name,
-            entrypoint=path,
-            env={**self.spec.env, **role.env},
-            config=dict(self.spec.config),
-            workdir=self.workdir,
-            role_sizes={r.name: r.total for r in self.spec.roles},
-            role_json=role.model_dump_json(),
-            health_json=self.spec.health.model_dump_json(),
-        )
-        isolation = self.spec.master.isolation_resource
-        handle = (
-            ray.remote(SubMasterActor)
-            .options(  # pyright: ignore[reportUnknownMemberType]
-                name=name,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                max_restarts=RECONSTRUCT,
-                max_concurrency=RPC_CONCURRENCY,
-                num_cpus=0,
-                resources={isolation: ISOLATION_AMOUNT} if isolation else {},
-            )
-            .remote(info)
-        )
-        return name, handle
+        actor_class = self._actor_class_for(self.spec.role(plan.role))
+        group = self._placement_group(plan.group)
+        return create_worker(self.spec, plan, actor_class, group, self.workdir, self.run_id)
 
     def handle(self, name: str) -> Any:
         if name not in self._handles:
@@ -219,7 +139,7 @@ class RayScheduler(Scheduler):
         for role in self.spec.roles:
             path = sub_master_path(role)
             if path is not None:
-                name, handle = self._create_sub_master(role, path)
+                name, handle = create_sub_master(self.spec, role, path, self.workdir)
                 self._handles[name] = handle
                 names.append(name)
         identities = self._call_all(names, "identity")
@@ -234,7 +154,7 @@ class RayScheduler(Scheduler):
             try:
                 results[name] = ray.get(ref, timeout=self._call_timeout)
             except (RayError, GetTimeoutError) as exc:
-                raise _setup_error(name, exc) from None
+                raise setup_error(name, exc) from None
         return results
 
     def _device_env(self, plan: ActorPlan | None) -> dict[str, str]:
@@ -264,7 +184,7 @@ class RayScheduler(Scheduler):
             try:
                 ray.get(ref, timeout=self._call_timeout)
             except (RayError, GetTimeoutError) as exc:
-                raise _setup_error(name, exc) from None
+                raise setup_error(name, exc) from None
 
     def check_children(self, names: Sequence[str]) -> None:
         self._call_all(names, "check_child")
@@ -278,7 +198,7 @@ class RayScheduler(Scheduler):
                 getattr(self.handle(name), method).remote(*args), timeout=timeout_s or self._call_timeout
             )
         except (RayError, GetTimeoutError, ValueError) as exc:
-            raise ActorSetupError(name, _error_text(exc)) from None
+            raise ActorSetupError(name, error_text(exc)) from None
 
     def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
         refs: dict[str, Any] = {}
@@ -292,12 +212,12 @@ class RayScheduler(Scheduler):
             try:
                 out[name] = ActorObservation.from_status(ray.get(ref, timeout=POLL_TIMEOUT_S))
             except ActorUnavailableError as exc:
-                out[name] = ActorObservation.restarting(f"actor {name} is restarting: {_error_text(exc)}")
+                out[name] = ActorObservation.restarting(f"actor {name} is restarting: {error_text(exc)}")
             except RayActorError as exc:
                 self._handles.pop(name, None)
-                out[name] = ActorObservation.gone(f"actor {name} died: {_error_text(exc)}")
+                out[name] = ActorObservation.gone(f"actor {name} died: {error_text(exc)}")
             except (RayError, GetTimeoutError) as exc:
-                out[name] = ActorObservation.gone(f"actor {name} did not answer: {_error_text(exc)}")
+                out[name] = ActorObservation.gone(f"actor {name} did not answer: {error_text(exc)}")
         return out
 
     def _reconstructed_fresh(self, name: str) -> bool:
@@ -328,7 +248,9 @@ class RayScheduler(Scheduler):
                 self._handles[name] = self._create_actor(plan)
             else:
                 role = self._sub_master_roles[name]
-                self._handles[name] = self._create_sub_master(role, sub_master_path(role) or "")[1]
+                self._handles[name] = create_sub_master(
+                    self.spec, role, sub_master_path(role) or "", self.workdir
+                )[1]
         identities = self._call_all(names, "identity")
         self._gpu_ids.update(
             {name: list(identities[name]["gpu_ids"]) for name in names if name in self._by_name}

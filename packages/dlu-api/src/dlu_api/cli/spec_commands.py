@@ -1,0 +1,47 @@
+"""`dlu` commands on spec files, no cluster needed: validate and schema.
+
+Registered on the one `dlu` app (`dlu_api.cli.shared.app`) when `dlu_api.cli` imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dlu_api.cli.shared import app
+from dlu_api.errors import SpecError
+from dlu_api.spec.io import job_schema, load_spec
+
+
+@app.command()
+def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
+    """Check spec files and print every problem, each with its field and fix."""
+    bad = 0
+    for path in specs:
+        try:
+            load_spec(path)
+        except SpecError as exc:
+            bad += 1
+            typer.echo(f"{path}: {len(exc.problems)} problem(s)")
+            for problem in exc.problems:
+                typer.echo(f"  - {problem}")
+            continue
+        typer.echo(f"{path}: ok")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def schema(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")] = None,
+) -> None:
+    """Print the JSON Schema of a job spec."""
+    text = json.dumps(job_schema(), indent=2) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
