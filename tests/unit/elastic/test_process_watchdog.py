@@ -85,12 +85,13 @@ def test_a_script_known_to_beat_must_send_its_first_beat_in_time() -> None:
     """A restarted process of a script that beat before, hung in its start-up (e.g. the process
     group's init): silent from its start."""
     watch = ProcessWatch(heartbeat_timeout_s=3.0, hang_timeout_s=None, started_at=100.0)
-    assert watch.verdict(103.0) is None
-    found = watch.verdict(103.5)
-    assert found is not None and "no first heartbeat 3.5s after its start" in found
-    assert watch.verdict(103.5, waiting=True) is None  # blocked on a peer: the grace first
-    watch.beat(0, 103.2)
-    assert watch.verdict(105.0) is None
+    assert watch.verdict(106.0) is None  # start-up: FIRST_BEAT_ALLOWANCE (2) x the timeout
+    found = watch.verdict(106.5)
+    assert found is not None and "no first heartbeat 6.5s after its start" in found
+    assert watch.verdict(106.5, waiting=True) is None  # blocked on a peer: the grace first
+    assert watch.verdict(109.5, waiting=True) is not None
+    watch.beat(0, 105.2)
+    assert watch.verdict(107.0) is None
 
 
 def test_an_unknown_script_is_never_judged_before_its_first_beat() -> None:

@@ -6,7 +6,7 @@ as its own, so the in-place restart is blamed on this rank, not on the peers who
 then fail. Only what the process reports is judged: a script that never calls `heartbeat()` is
 never found silent, and one that reports no step never hangs. Once an agent has seen its script
 beat, it knows the script does: a later process of it (an in-place restart) that sends no first
-beat within the heartbeat timeout of its start is silent too (hung in its start-up, e.g. in
+beat within FIRST_BEAT_ALLOWANCE heartbeat timeouts of its start is silent too (hung in its start-up, e.g. in
 the process group's init).
 
 Blame: when one rank hangs, its peers stop beating too, blocked in their next collective, at
@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WAITING_GRACE = 0.5  # a waiting process is judged after (1 + this) x the timeout
+# A restarted process's first beat comes after its start-up (script imports, model, checkpoint,
+# the process group's init), which takes longer than a step and longest on a loaded machine: it
+# is due within this many heartbeat timeouts. Seen: 5 s timeouts, load 20 on 2 cores, healthy
+# survivors of an actor failover judged silent 5.0 s after their start, again and again.
+FIRST_BEAT_ALLOWANCE = 2.0
 WAITING_STATES = frozenset({"S", "D", "I"})  # sleeping, in uninterruptible I/O, idle
 
 
@@ -60,11 +65,13 @@ class ProcessWatch:
         grace = 1.0 + WAITING_GRACE if waiting else 1.0
         timeout = self.heartbeat_timeout_s
         if self.last_beat_at is None:
-            if timeout is None or self.started_at is None or now - self.started_at <= timeout * grace:
+            due = None if timeout is None else timeout * FIRST_BEAT_ALLOWANCE * grace
+            if due is None or self.started_at is None or now - self.started_at <= due:
                 return None
             return (
                 f"training process sent no first heartbeat {now - self.started_at:.1f}s after its start "
-                f"(timeout {timeout:g}s; its earlier processes beat)"
+                f"(due within {FIRST_BEAT_ALLOWANCE:g} x the heartbeat timeout {timeout:g}s; "
+                "its earlier processes beat)"
             )
         if timeout is not None and now - self.last_beat_at > timeout * grace:
             return f"training process sent no heartbeat for {now - self.last_beat_at:.1f}s (timeout {timeout:g}s)"
