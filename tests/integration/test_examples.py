@@ -69,7 +69,7 @@ def test_readme_run_command(tmp_path: Path) -> None:
     assert "job lm: STOPPED (exit code 0)" in done.stdout
     assert "[lm] stage RUNNING" in done.stdout
     assert "node_check" in done.stdout
-    assert "trainer (elastic): size 4, 4 FINISH, step 30" in done.stdout  # the final step
+    assert "trainer (elastic): nodes 2 (min 2, max 2), 4 FINISH, step 30" in done.stdout  # the final step
     # Quiet by default: none of Ray's own warnings; what the ranks print goes to their rank
     # files, and the example tees rank 0's stdout with its rank's prefix.
     assert "[trainer/rank0] final loss" in done.stdout
