@@ -10,9 +10,9 @@ Decisions (DESIGN section 3, torchrun's dynamic rendezvous where this file is si
   least `min_nodes` joined and every agent the round *expects* joined. A round started by a
   membership change expects the members of the round before it, so a restart or a scale-up
   completes as soon as everybody is back instead of always paying the grace period.
-- Ranks are node-major and deterministic: agents sorted by (has no hint, node_rank_hint,
-  node_id, agent_id) get group ranks 0..n-1; an agent's rank offset is the sum of `local_ranks`
-  of the agents before it; the world size is the sum of all `local_ranks`.
+- Ranks are node-major and deterministic (`assignment.assign`): agents sorted by (has no hint,
+  node_rank_hint, node_id, agent_id) get group ranks 0..n-1; an agent's rank offset is the sum
+  of `local_ranks` of the agents before it; the world size is the sum of all `local_ranks`.
 - The torch master is group rank 0: its `host` and the `free_port` it reserved.
 - After completion the round is frozen. Joining again with the same description is a no-op
   (retries are safe); a new agent, or a member joining with a changed description (a restarted
@@ -21,6 +21,8 @@ Decisions (DESIGN section 3, torchrun's dynamic rendezvous where this file is si
   and counted in `waiting`, as torchrun does; spares join again and get into the next round.
 - The master drives the rest: `leave` (an agent is gone) and `new_round` (restart training)
   start the next round, which expects the surviving members.
+
+The refusals (`StaleRoundError`, ...) and the id check are in state_errors.py.
 
 Thread-safe: the gRPC server calls in from its event loop and worker threads, the master from
 its own thread. Waiters that cannot block a thread (the gRPC server's long polls) register a
@@ -34,124 +36,42 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from dlu_elastic.rendezvous.assignment import MAX_LOCAL_RANKS, AgentInfo, Assignment, Placement, assign
+from dlu_elastic.rendezvous.state_errors import (
+    MAX_ID_LENGTH,
+    InvalidRequestError,
+    NotMemberError,
+    RendezvousStateError,
+    StaleRoundError,
+    check_id,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_ID_LENGTH = 256  # agent, node and host names; longer is garbage, not an id
-MAX_LOCAL_RANKS = 1024  # processes per agent; keeps world sizes far inside int32
+# Re-exported: the gRPC layer, the master and the tests import these from here.
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_LOCAL_RANKS",
+    "AgentInfo",
+    "AgentView",
+    "Assignment",
+    "InvalidRequestError",
+    "JoinResult",
+    "NotMemberError",
+    "Placement",
+    "Rendezvous",
+    "RendezvousRound",
+    "RendezvousSnapshot",
+    "RendezvousStateError",
+    "StaleRoundError",
+    "assign",
+    "check_id",
+]
+
 _RECHECK_S = 0.05  # wait_complete re-evaluates the grace period at least this often
-
-
-class RendezvousStateError(Exception):
-    """Base of the refusals the rendezvous raises; the gRPC layer maps each to a status code."""
-
-
-class InvalidRequestError(RendezvousStateError, ValueError):
-    """A malformed agent description or request (INVALID_ARGUMENT)."""
-
-
-class StaleRoundError(RendezvousStateError):
-    """A request names a round that is not the current one (FAILED_PRECONDITION)."""
-
-    def __init__(self, requested: int, current: int) -> None:
-        super().__init__(
-            f"round {requested} is not the current rendezvous round {current}; join the rendezvous again"
-        )
-        self.requested = requested
-        self.current = current
-
-
-class NotMemberError(RendezvousStateError):
-    """An agent asks about a round it did not join (FAILED_PRECONDITION)."""
-
-    def __init__(self, agent_id: str, round_: int) -> None:
-        super().__init__(f"agent {agent_id!r} is not a member of rendezvous round {round_}; join it first")
-        self.agent_id = agent_id
-        self.round = round_
-
-
-def check_id(name: str, value: str) -> None:
-    """Ids must be non-empty and of sane length: they key maps and sort ranks."""
-    if not value:
-        raise InvalidRequestError(f"{name} is empty")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidRequestError(f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
-
-
-@dataclass(frozen=True, slots=True)
-class AgentInfo:
-    """What an agent says about itself when it joins. Validated on construction."""
-
-    agent_id: str
-    node_id: str
-    local_ranks: int
-    host: str
-    free_port: int
-    node_rank_hint: int | None = None
-
-    def __post_init__(self) -> None:
-        check_id("agent_id", self.agent_id)
-        check_id("node_id", self.node_id)
-        check_id("host", self.host)
-        if not 1 <= self.local_ranks <= MAX_LOCAL_RANKS:
-            raise InvalidRequestError(f"local_ranks must be in 1..{MAX_LOCAL_RANKS}, got {self.local_ranks}")
-        if not 1 <= self.free_port <= 65535:
-            raise InvalidRequestError(f"free_port must be in 1..65535, got {self.free_port}")
-        if self.node_rank_hint is not None and self.node_rank_hint < 0:
-            raise InvalidRequestError(f"node_rank_hint must be >= 0 when given, got {self.node_rank_hint}")
-
-    def rank_key(self) -> tuple[bool, int, str, str]:
-        """Sort key of the rank order: hinted agents first, in hint order, then by node and agent."""
-        hint = self.node_rank_hint
-        return (hint is None, 0 if hint is None else hint, self.node_id, self.agent_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """One agent's place in a complete round."""
-
-    agent: AgentInfo
-    group_rank: int
-    rank_offset: int
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """The frozen result of a complete round; `by_agent` makes per-agent lookups O(1)."""
-
-    round: int
-    placements: tuple[Placement, ...]  # indexed by group rank
-    world_size: int
-    master_addr: str
-    master_port: int
-    by_agent: Mapping[str, Placement] = field(repr=False, compare=False)
-
-    @property
-    def group_world_size(self) -> int:
-        return len(self.placements)
-
-
-def assign(round_: int, agents: Iterable[AgentInfo]) -> Assignment:
-    """Node-major, deterministic ranks for a set of agents (see the module docstring)."""
-    ordered = sorted(agents, key=AgentInfo.rank_key)
-    if not ordered:
-        raise ValueError("cannot assign ranks to an empty round")
-    placements: list[Placement] = []
-    offset = 0
-    for group_rank, agent in enumerate(ordered):
-        placements.append(Placement(agent, group_rank, offset))
-        offset += agent.local_ranks
-    master = ordered[0]
-    return Assignment(
-        round=round_,
-        placements=tuple(placements),
-        world_size=offset,
-        master_addr=master.host,
-        master_port=master.free_port,
-        by_agent={p.agent.agent_id: p for p in placements},
-    )
 
 
 @dataclass(frozen=True, slots=True)

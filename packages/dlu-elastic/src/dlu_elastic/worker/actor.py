@@ -6,6 +6,9 @@ not an actor restart and a fresh `import torch`, and a replaced actor forks too.
 the rank's agent: it joins the ElasticMaster's rendezvous,
 sets torchrun's environment, relays heartbeats and failures, and restarts its process when
 the master opens a new round, even after that process exited 0 (see finished.py).
+
+This module is the Ray actor shell and the rendezvous loop; the steps of following one round
+(watching the process, beats, the master's decisions, a finished rank) are in agent_loop.py.
 """
 
 from __future__ import annotations
@@ -18,49 +21,41 @@ import threading
 import time
 from typing import Any
 
-import grpc
-
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.worker import store
-from dlu_elastic.worker.finished import AfterSuccess, after_success
+from dlu_elastic.worker.agent_loop import (
+    HEARTBEAT_CALLS_PER_S,
+    MASTER_GONE,
+    MIN_HEARTBEAT_INTERVAL_S,
+    ElasticAgentLoop,
+    heartbeat_interval,
+)
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
-from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
 from dlu_prime.master.state import ActorStage
-from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
-from dlu_prime.worker.actor import WorkerActor
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
 from dlu_prime.worker.rank_logs import RankOutput, redirect_this_process
 
 logger = logging.getLogger(__name__)
 
-# How often a rank asks the master whether training goes on: how quickly it notices a restart,
-# against the master's load (about 0.5 ms of its CPU per call): 0.1 s for a handful of ranks,
-# 500 calls/s at most for large roles (2 s at 1,000 ranks; their collectives fail sooner anyway).
-MIN_HEARTBEAT_INTERVAL_S = 0.1
-HEARTBEAT_CALLS_PER_S = 500.0
+# Re-exported: tests import the heartbeat pacing from here.
+__all__ = [
+    "HEARTBEAT_CALLS_PER_S",
+    "MIN_HEARTBEAT_INTERVAL_S",
+    "PROBE_ENTRY",
+    "SETUP_DELAY_ENV",
+    "ElasticWorkerActor",
+    "free_port",
+    "heartbeat_interval",
+    "is_class_entrypoint",
+]
 
-
-# A heartbeat is a tiny call: one that takes longer means the master is gone or swamped, and
-# the rank must not sit in it for the client's 10 s (a restarted ElasticMaster would wait that long).
-HEARTBEAT_TIMEOUT_S = 2.0
-
-
-def heartbeat_interval(world_size: int) -> float:
-    return max(MIN_HEARTBEAT_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
-
-
-POLL_INTERVAL_S = 0.02
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
 # Fault injection: seconds every setup sleeps (a slow actor start keeps a failover in flight).
 SETUP_DELAY_ENV = "DLU_FAULT_SETUP_DELAY_S"
-# Codes a call gets when the ElasticMaster died or was replaced (new address or token).
-MASTER_GONE = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
-)
 
 
 def is_class_entrypoint(text: str, workdir: str | None) -> bool:
@@ -89,7 +84,7 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-class ElasticWorkerActor(WorkerActor):
+class ElasticWorkerActor(ElasticAgentLoop):
     redirects_own_output = False  # its training processes write the rank's files
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -227,18 +222,7 @@ class ElasticWorkerActor(WorkerActor):
             self.process.terminate(2.0)
         self._end_store(wait=True)
 
-    # the agent loop ------------------------------------------------------------------------------
-    def _endpoint(self) -> dict[str, str]:
-        import ray
-
-        master = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
-        while not self._stop.is_set():
-            found: Any = ray.get(master.lookup.remote(endpoint_key(self.info.role)), timeout=30)
-            if found:
-                return dict(found)
-            time.sleep(0.1)
-        raise RuntimeError("stopped before the ElasticMaster published its endpoint")
-
+    # the agent loop (one round's steps: agent_loop.py) ------------------------------------------
     def _agent(self) -> None:
         try:
             result = self._train()
@@ -249,26 +233,6 @@ class ElasticWorkerActor(WorkerActor):
         self.result = result
         self.finished_at = time.time()
         self.stage = ActorStage.FINISH if result.outcome is Outcome.SUCCESS else ActorStage.FAILED
-
-    def _connect(self) -> ElasticClient:
-        endpoint = self._endpoint()
-        self._token = endpoint["token"]
-        return ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
-
-    def _master_moved(self) -> bool:
-        """After a failed call: has the ElasticMaster been restarted elsewhere (tier 5)? If so,
-        switch to it; training then joins its rendezvous again (the actor is not restarted)."""
-        try:
-            found = self._endpoint()
-        except Exception:
-            return False
-        if found["address"] == self._client.address and found["token"] == self._token:
-            return False
-        logger.info("%s: ElasticMaster moved to %s", self.info.actor_name, found["address"])
-        self._client.close()
-        self._token = found["token"]
-        self._client = ElasticClient(found["address"], found["token"], timeout_s=10.0, wait_for_ready=True)
-        return True
 
     def _train(self) -> Result:
         self._client = self._connect()
@@ -388,133 +352,3 @@ class ElasticWorkerActor(WorkerActor):
                 attempt=f"round {self.rounds}, restart {self.rounds - 1}",
             ),
         )
-
-    def _watch(self, round_: int, process: TrainingProcess) -> Result | None:
-        """Follow one training process. None: the master restarted training (run again).
-
-        A process that goes silent or hangs (see `ProcessWatch`) is killed here and reported as
-        this rank's failure, like a crash."""
-        last_beat = 0.0
-        interval = heartbeat_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
-        watch = ProcessWatch(
-            self._health.heartbeat_timeout_s,
-            self._health.hang_timeout_s,
-            started_at=time.monotonic() if self._script_beats else None,
-        )
-        while True:
-            now = time.monotonic()
-            for event in process.events():
-                if event.kind is EventKind.HEARTBEAT:
-                    self.health.relay(event.step, event.metric)
-                    watch.beat(event.step, now)
-                    self._script_beats = True
-                elif event.kind is EventKind.ERROR_REPORT and event.message:
-                    self.health.report(event.message)
-            code = process.poll()
-            hung = None
-            if code is None and watch.suspect(now):
-                hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
-            if hung is not None:
-                logger.warning("%s: %s; killing it", self.info.actor_name, hung)
-                process.terminate(0.5)
-                code = process.poll()
-                code = code if code is not None else -9
-            if code == 0:
-                return self._finished(round_, interval)
-            if code is not None:
-                error = hung or process.last_failure or f"training process exited with code {code}"
-                try:
-                    self._client.report_failure(
-                        round=round_,
-                        agent_id=self.info.actor_name,
-                        local_rank=self.info.local_rank,
-                        exit_code=code,
-                        error=error,
-                    )
-                except RendezvousError as exc:
-                    if exc.code in MASTER_GONE and self._master_moved():
-                        return None  # the new master knows nothing of this round: join again
-                    if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
-                        raise
-                action = self._wait_for_decision(round_, interval)
-                return None if action == "restart" else Result(Outcome.FAILED, error)
-            if now - last_beat >= interval:
-                last_beat = now
-                action = self._beat(round_)
-                if action != "none":
-                    process.request_stop()  # it dies while this agent joins the next round
-                    if action == "stop":
-                        process.terminate(2.0)
-                        return Result(
-                            Outcome.FAILED, "the ElasticMaster stopped training (restart limit reached)"
-                        )
-                    return None
-            if self._stop.is_set():
-                process.terminate(2.0)
-                return Result(Outcome.FAILED, "stopped")
-            time.sleep(POLL_INTERVAL_S)
-
-    def _finished(self, round_: int, interval: float) -> Result | None:
-        """This rank's process exited 0: show FINISH but stay in the round until training ends,
-        and run again if a peer's failure opens a new round (`finished.after_success`). None:
-        run again. The round's store, if this agent hosts it, stays up for the peers meanwhile."""
-        success = Result(Outcome.SUCCESS)
-        while not self._stop.is_set():
-            try:
-                action = self._beat(round_)
-            except RendezvousError as exc:  # not a refusal the protocol knows: keep the success
-                logger.warning(
-                    "%s: finished, then the ElasticMaster refused a beat: %s", self.info.actor_name, exc
-                )
-                return success
-            step = after_success(action)
-            if step is AfterSuccess.RERUN:
-                logger.info(
-                    "%s: its process exited 0%s, then a new rendezvous round opened: it runs again",
-                    self.info.actor_name,
-                    " (FINISH shown)" if self.stage is ActorStage.FINISH else "",
-                )
-                self.result = None
-                self.finished_at = None
-                self.stage = ActorStage.RUNNING
-                return None
-            if step is AfterSuccess.DONE:
-                return success
-            if self.stage is not ActorStage.FINISH:  # asked once first: a restart under way shows no FINISH
-                self.result = success
-                self.finished_at = time.time()
-                self.stage = ActorStage.FINISH
-            time.sleep(interval)
-        return success
-
-    def _beat(self, round_: int) -> str:
-        snapshot = self.health.snapshot()
-        try:
-            action = self._client.heartbeat(
-                round=round_,
-                agent_id=self.info.actor_name,
-                step=int(snapshot["step"]),
-                metric=snapshot["metric"],
-                timeout_s=HEARTBEAT_TIMEOUT_S,
-            )
-        except RendezvousError as exc:
-            if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
-                return "restart"  # the master opened a new round
-            if exc.code in MASTER_GONE:
-                return "restart" if self._master_moved() else "none"  # a blip: training goes on
-            raise
-        if action == pb.ACTION_RESTART:
-            return "restart"
-        if action == pb.ACTION_STOP:
-            return "stop"
-        return "none"
-
-    def _wait_for_decision(self, round_: int, interval: float) -> str:
-        """After our process failed: the master either restarts every rank or stops."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not self._stop.is_set():
-            action = self._beat(round_)
-            if action != "none":
-                return action
-            time.sleep(interval)
-        return "stop"

@@ -7,20 +7,10 @@ fork a process that only has to take over the actor's environment, join the proc
 run the user's code (milliseconds). The zygote outlives actor restarts, so a replaced actor
 forks too.
 
-The child process (`_zygote_child`, in this module so the zygote preloads it):
-
-- takes the requesting actor's environment, `sys.path`, stdout and stderr (or the rank's log
-  files, `ProcessSpec.output`, on descriptors 1 and 2), then sets the spec's
-  variables (torchrun's: RANK, LOCAL_RANK, WORLD_SIZE, ...), changes to the working directory
-  and puts it first on `sys.path`;
-- installs a `WorkerContext` whose `Health` forwards `heartbeat()` and `report_error()` to the
-  actor through a pipe, so the runtime SDK works unchanged inside training code;
-- for a function entrypoint with `setup_process_group`, calls `init_process_group` from the
-  environment (gloo on CPU, NCCL on CUDA) and destroys the group after a successful return;
-- runs the entrypoint: a function call, or `runpy` for `script.py args` and `-m module args`
-  (a torchrun command runs its script part) with `sys.argv` set as Python would;
-- exits 0 on success, 1 on an exception (the traceback goes to the actor as a FAILURE event
-  and to stderr), or the code of a `SystemExit`.
+This module is the launcher side: `TrainingLauncher` resolves a `ProcessSpec` (`process_types`)
+and asks the zygote to fork; `TrainingProcess` follows the child's events and exit code. What
+runs in the child is `process_child.zygote_child` (imported here, so the zygote that preloads
+this module has it too).
 
 Processes are their own process group (so `terminate()` reaches the DataLoader workers they
 fork), and that group is killed when the actor that started them dies (a pipe only the actor
@@ -31,125 +21,42 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import multiprocessing.connection
 import os
-import runpy
 import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind, parse_entrypoint
-from dlu_api.spec.torchrun import parse_torchrun
+from dlu_api.spec.entrypoint import EntrypointKind
+from dlu_elastic.worker.process_child import ChildPayload, ForwardingHealth, context_from_env, zygote_child
+from dlu_elastic.worker.process_types import BACKENDS, DEVICE_ENV, EventKind, ProcessEvent, ProcessSpec
 from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
-from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
-from dlu_prime.worker.rank_logs import RankOutput, fds_for_child
+from dlu_prime.worker.rank_logs import fds_for_child
 
-BACKENDS = ("gloo", "nccl", "auto")
-# Set by the launcher on every process it starts; also where `current_worker().device` reads.
-DEVICE_ENV = "DLU_DEVICE"
+# Re-exported: tests, benchmarks and the actor import these from here.
+__all__ = [
+    "BACKENDS",
+    "DEVICE_ENV",
+    "EventKind",
+    "ForwardingHealth",
+    "ProcessEvent",
+    "ProcessSpec",
+    "TrainingLauncher",
+    "TrainingProcess",
+    "context_from_env",
+]
+
 _PG_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _MAX_BUFFERED_EVENTS = 100_000
-
-
-class EventKind(StrEnum):
-    STARTED = "started"  # the child runs; message: its pid and whether torch was preloaded
-    HEARTBEAT = "heartbeat"  # dlu_prime.runtime.heartbeat(step, metric) in training code
-    ERROR_REPORT = "error_report"  # dlu_prime.runtime.report_error(message)
-    FAILURE = "failure"  # the entrypoint raised or exited non-zero; message: the traceback
-
-
-@dataclass(frozen=True)
-class ProcessEvent:
-    """One message from a training process, timestamped in the child."""
-
-    kind: EventKind
-    time: float
-    step: int | None = None
-    metric: float | None = None
-    message: str | None = None
-
-
-@dataclass
-class ProcessSpec:
-    """What one training process runs.
-
-    `entrypoint`: 'module:function', 'module.function', 'script.py args...', '-m module args...',
-    or a whole torchrun command (only its script part is used: DLU does the rendezvous).
-    `env`: torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
-    NODE_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
-    TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID) and anything else; set over the environment
-    the actor had when the launcher warmed up. DLU_JOB, DLU_ROLE, DLU_ACTOR and DLU_CONFIG_JSON
-    feed `current_worker()`.
-    `workdir`: the directory the process runs in and imports from; None: the caller's cwd at
-    `start()`.
-    `setup_process_group`: for function entrypoints, `init_process_group` from the environment
-    before the call (scripts set up their own, as under torchrun).
-    `backend`: "gloo", "nccl", or "auto" (NCCL when `device` is CUDA, gloo otherwise).
-    `device`: "cpu", "cuda", "cuda:1"; exported as DLU_DEVICE (unless `env` sets it) and made
-    the current CUDA device before an automatic NCCL process group.
-    `output`: the rank's log files (opened for appending at each start); None: the process
-    writes to the actor's stdout and stderr.
-    """
-
-    entrypoint: str
-    env: dict[str, str] = field(default_factory=dict[str, str])
-    workdir: str | None = None
-    setup_process_group: bool = True
-    backend: str = "auto"
-    device: str = "cpu"
-    pg_timeout_s: float = 300.0
-    output: RankOutput | None = None
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
-        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
-            raise ValueError(f"device {self.device!r} is not 'cpu', 'cuda' or 'cuda:N'")
-        self.env = {str(k): str(v) for k, v in self.env.items()}
-
-    def resolved_entrypoint(self) -> Entrypoint:
-        """The entrypoint to run; a torchrun command becomes its script or module.
-
-        Raises:
-            ValueError: not an accepted entrypoint form, or a torchrun command DLU cannot run.
-        """
-        entry = parse_entrypoint(self.entrypoint)
-        if entry.kind is EntrypointKind.TORCHRUN:
-            entry = parse_entrypoint(parse_torchrun(entry.target).entrypoint)
-        return entry
-
-    def resolved_backend(self) -> str:
-        if self.backend != "auto":
-            return self.backend
-        return "nccl" if self.device.startswith("cuda") else "gloo"
-
-
-@dataclass(frozen=True)
-class _ChildPayload:
-    """What the child needs, resolved in the parent so that mistakes fail there."""
-
-    kind: EntrypointKind
-    target: str
-    args: tuple[str, ...]
-    env: dict[str, str]
-    workdir: str
-    setup_process_group: bool
-    backend: str
-    device: str
-    pg_timeout_s: float
 
 
 class TrainingProcess:
@@ -364,10 +271,10 @@ class TrainingLauncher:
         fds = [writer.fileno(), alive_r, *std_fds]
         try:
             try:
-                pid, status = zygote.fork(self._socket or self.prepare(), _zygote_child, args, fds)
+                pid, status = zygote.fork(self._socket or self.prepare(), zygote_child, args, fds)
             except zygote.ZygoteError:
                 # The zygote may have exited (idle) or died since: start one and try once more.
-                pid, status = zygote.fork(self.prepare(), _zygote_child, args, fds)
+                pid, status = zygote.fork(self.prepare(), zygote_child, args, fds)
         except BaseException:
             reader.close()
             os.close(alive_w)
@@ -398,7 +305,7 @@ class TrainingLauncher:
             _live.discard(proc)
         self._processes.clear()
 
-    def _payload(self, spec: ProcessSpec) -> _ChildPayload:
+    def _payload(self, spec: ProcessSpec) -> ChildPayload:
         entry = spec.resolved_entrypoint()
         workdir = os.path.abspath(spec.workdir or os.getcwd())
         if not os.path.isdir(workdir):
@@ -419,7 +326,7 @@ class TrainingLauncher:
                     f"cannot set up the process group for {spec.entrypoint!r}: env lacks "
                     f"{', '.join(missing)} (or pass setup_process_group=False)"
                 )
-        return _ChildPayload(
+        return ChildPayload(
             kind=entry.kind,
             target=entry.target,
             args=entry.args,
@@ -430,220 +337,3 @@ class TrainingLauncher:
             device=spec.device,
             pg_timeout_s=spec.pg_timeout_s,
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# The child side. Module-level functions, so the zygote can unpickle them by name.
-
-
-class _PipeSink:
-    """Sends events to the parent; never raises into training code."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._lock = threading.Lock()
-        self._broken = False
-        self._pid = os.getpid()
-
-    def __call__(self, event: ProcessEvent) -> None:
-        if self._broken or os.getpid() != self._pid:  # not from forked DataLoader workers
-            return
-        with self._lock:
-            try:
-                self._conn.send(event)
-            except (OSError, ValueError):
-                self._broken = True  # the parent is gone; the parent watch ends us soon
-
-
-@dataclass
-class ForwardingHealth(Health):
-    """A `Health` that also sends every heartbeat and error report to a sink."""
-
-    sink: Callable[[ProcessEvent], None] | None = None
-
-    def beat(self, step: int | None, metric: float | None) -> None:
-        super().beat(step, metric)
-        if self.sink is not None:
-            self.sink(ProcessEvent(EventKind.HEARTBEAT, time.time(), step=step, metric=metric))
-
-    def report(self, message: str) -> None:
-        super().report(message)
-        if self.sink is not None:
-            self.sink(ProcessEvent(EventKind.ERROR_REPORT, time.time(), message=message))
-
-
-def _env_int(*names: str, default: int = 0) -> int:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            try:
-                return int(value)
-            except ValueError:
-                continue
-    return default
-
-
-def context_from_env(health: Health) -> WorkerContext:
-    """The `WorkerContext` of a training process, from its environment."""
-    config: dict[str, Any] = {}
-    raw = os.environ.get("DLU_CONFIG_JSON")
-    if raw:
-        try:
-            loaded = json.loads(raw)
-        except ValueError:
-            loaded = None
-        if isinstance(loaded, dict):
-            config = {str(k): v for k, v in cast(dict[Any, Any], loaded).items()}
-    return WorkerContext(
-        job=os.environ.get("DLU_JOB", ""),
-        role=os.environ.get("DLU_ROLE", ""),
-        rank=_env_int("ROLE_RANK", "RANK"),
-        world_size=_env_int("ROLE_WORLD_SIZE", "WORLD_SIZE", default=1),
-        local_rank=_env_int("LOCAL_RANK"),
-        local_world_size=_env_int("LOCAL_WORLD_SIZE", default=1),
-        node_rank=_env_int("GROUP_RANK", "NODE_RANK"),
-        actor_name=os.environ.get("DLU_ACTOR", ""),
-        config=config,
-        health=health,
-    )
-
-
-def _zygote_child(
-    payload: _ChildPayload,
-    environ: dict[str, str],
-    path: list[str],
-    events_fd: int,
-    alive_fd: int,
-    stdout_fd: int,
-    stderr_fd: int,
-) -> int:
-    """Entry of a training process in the zygote's fork: become the actor's process, run."""
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)  # own group, for terminate()
-    zygote.die_with_requester(alive_fd, "dlu-actor-watch")
-    for fd, target in ((stdout_fd, 1), (stderr_fd, 2)):
-        os.dup2(fd, target)
-        os.close(fd)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    with contextlib.suppress(Exception):
-        cast(Any, sys.stdout).reconfigure(line_buffering=True)
-    os.environ.clear()
-    os.environ.update(environ)
-    sys.path[:] = path
-    threads = os.environ.get("OMP_NUM_THREADS")
-    if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(int(threads))  # the zygote imported torch without it
-    return _child_main(payload, Connection(events_fd, readable=False))
-
-
-def _child_main(payload: _ChildPayload, conn: Connection) -> int:
-    """Run the training process's entrypoint; its exit code."""
-    # Exit hooks registered in the zygote are not this process's; the ones the training code
-    # registers run at the end, as in a fresh interpreter.
-    atexit._clear()  # pyright: ignore[reportPrivateUsage]
-    sink = _PipeSink(conn)
-    sink(
-        ProcessEvent(
-            EventKind.STARTED,
-            time.time(),
-            message=f"pid {os.getpid()}, torch preloaded: {'torch' in sys.modules}",
-        )
-    )
-    code = _run_child(payload, sink)
-    # A fresh interpreter would run the atexit hooks (loggers, trackers); os._exit does not.
-    with contextlib.suppress(Exception):
-        atexit._run_exitfuncs()  # pyright: ignore[reportPrivateUsage]
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    conn.close()
-    return code
-
-
-def _run_child(payload: _ChildPayload, sink: _PipeSink) -> int:
-    """Run the entrypoint; the exit code. Failures are printed and sent as FAILURE events."""
-    try:
-        os.environ.update(payload.env)
-        os.chdir(payload.workdir)
-        if payload.workdir in sys.path:
-            sys.path.remove(payload.workdir)
-        sys.path.insert(0, payload.workdir)  # first, as for `python -m` run there
-        set_current_worker(context_from_env(ForwardingHealth(sink=sink)))
-        if payload.kind is EntrypointKind.OBJECT:
-            _run_object(payload)
-        elif payload.kind is EntrypointKind.SCRIPT:
-            script = Path(payload.target)
-            if not script.is_absolute():
-                script = Path(payload.workdir) / script
-            sys.argv = [str(script), *payload.args]
-            sys.path.insert(0, str(script.parent))  # as `python script.py` does
-            runpy.run_path(str(script), run_name="__main__")
-        else:
-            sys.argv = [payload.target, *payload.args]  # runpy puts the module's file in argv[0]
-            runpy.run_module(payload.target, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = _exit_code(exc)
-        if code:
-            text = f"exited with code {exc.code!r}\n{traceback.format_exc()}"
-            sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text))
-        return code
-    except BaseException:
-        text = traceback.format_exc()
-        with contextlib.suppress(Exception):
-            sys.stderr.write(text)
-        sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text))
-        return 1
-    return 0
-
-
-def _exit_code(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"{exc.code}\n")  # as the interpreter prints sys.exit("message")
-    return 1
-
-
-def _run_object(payload: _ChildPayload) -> None:
-    import inspect
-
-    from dlu_prime.worker.entrypoint import resolve_object
-
-    target = resolve_object(Entrypoint(EntrypointKind.OBJECT, payload.target))
-    sys.argv = [payload.target]
-    if not payload.setup_process_group:
-        _call(target, inspect.isclass(target))
-        return
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    if payload.backend == "nccl" and payload.device.startswith("cuda:"):
-        torch.cuda.set_device(torch.device(payload.device))
-    dist.init_process_group(
-        backend=payload.backend,
-        init_method="env://",
-        timeout=datetime.timedelta(seconds=payload.pg_timeout_s),
-    )
-    _call(target, inspect.isclass(target))
-    if dist.is_initialized():  # the user may have destroyed it already
-        dist.destroy_process_group()
-
-
-def _call(target: Any, is_class: bool) -> None:
-    if is_class:
-        instance = target()
-        run = getattr(instance, "run", None)
-        if not callable(run):
-            raise TypeError(
-                f"{type(instance).__name__} has no run() method; classes with only @rpc methods "
-                "run inside the worker actor, not in a training process"
-            )
-        run()
-    else:
-        target()
