@@ -83,7 +83,7 @@ def test_reference_job_straggler_and_faulty_node_across_two_ray_nodes(tmp_path: 
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     reference = results["reference"]
     assert reference["exit_code"] == 0, reference["reason"]
     assert len(reference["nodes"]) == 2  # ranks really ran on both Ray nodes

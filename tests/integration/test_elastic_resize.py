@@ -172,7 +172,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def test_below_min_waits_then_stops_naming_nodes_got_needed_and_missing(results: dict[str, object]) -> None:
@@ -336,7 +336,7 @@ def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> Non
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     assert result["exit_code"] == 0, result["reason"]
     events = "\n".join(f"{kind}: {message}" for kind, message in result["events"])
     assert any("world 1 -> 2" in m for m in result["resizes"]), events

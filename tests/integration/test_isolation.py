@@ -63,7 +63,7 @@ def test_master_and_workers_land_on_their_isolation_nodes(tmp_path: Path) -> Non
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     assert result["exit_code"] == 0, result["reason"]
     assert result["master"] == result["head"]
     assert result["workers"] == [result["worker_node"]] * 3

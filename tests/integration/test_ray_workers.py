@@ -38,7 +38,7 @@ def _probe(fault: str, **env: str) -> dict[str, Any]:
     finally:
         zygote.stop_all(zygotes)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def test_an_actors_worker_is_forked_and_rebuilt_when_killed() -> None:
