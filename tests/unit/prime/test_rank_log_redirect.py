@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlu_api.spec.models import LogsSettings
+from dlu_prime import ray_private
 from dlu_prime.worker.rank_logs import RankOutput, fds_for_child, log_root
 
 
@@ -81,7 +82,11 @@ def test_log_root_prefers_the_spec_then_home(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("HOME", str(tmp_path))
     assert log_root(LogsSettings(dir="~/l")) == tmp_path / "l"
     monkeypatch.setenv("DLU_HOME", str(tmp_path / "home"))
-    assert log_root(LogsSettings()) == tmp_path / "home" / "logs"  # no Ray node in this process
+    # No Ray node in this process (an earlier test of the same run may have started one).
+    monkeypatch.setattr(ray_private, "session_logs_dir", lambda: None)
+    assert log_root(LogsSettings()) == tmp_path / "home" / "logs"
+    monkeypatch.setattr(ray_private, "session_logs_dir", lambda: "/tmp/ray/session_x/logs")
+    assert log_root(LogsSettings()) == Path("/tmp/ray/session_x/logs/dlu")  # the dashboard serves it
 
 
 REDIRECTED = """
