@@ -8,8 +8,9 @@ To add one, append a `Bench` to BENCHMARKS. A listed script that does not exist 
 `failover.py`) is reported as missing and skipped; a benchmark that fails or times out is
 reported with its last output lines and the others still run.
 
-Usage: `uv run python benchmarks/run_all.py [--quick] [--only NAME ...] [--json PATH]`.
-`--quick` leaves out the benchmarks that start Ray (and runs the others' quick variants).
+Usage: `uv run python benchmarks/run_all.py [--quick] [--long] [--only NAME ...] [--json PATH]`.
+`--quick` leaves out the benchmarks that start Ray (and runs the others' quick variants);
+`--long` adds the 30-minute chaos campaign (DESIGN section 9), left out by default.
 Exit status: 0 when every figure with a budget is within it, 1 otherwise, 2 when a benchmark
 failed.
 """
@@ -39,6 +40,7 @@ class Bench:
     quick_args: tuple[str, ...] | None = ()
     uses_ray: bool = False
     timeout_s: float = 600.0
+    long: bool = False  # runs only with --long (a campaign of half an hour)
 
 
 BENCHMARKS: tuple[Bench, ...] = (
@@ -53,6 +55,15 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("job_e2e.py", quick_args=None, uses_ray=True, timeout_s=900.0),
     Bench("elastic_resize.py", quick_args=None, uses_ray=True),
     Bench("scale_simple.py", quick_args=None, uses_ray=True),
+    Bench("soak.py", quick_args=None, uses_ray=True),
+    Bench(
+        "chaos.py",
+        ("--minutes", "30", "--faults", "50", "--seed", "1"),
+        quick_args=None,
+        uses_ray=True,
+        timeout_s=3600.0,
+        long=True,
+    ),
 )
 
 
@@ -65,10 +76,12 @@ class Outcome:
     detail: str = ""
 
 
-def run_one(bench: Bench, quick: bool) -> Outcome:
+def run_one(bench: Bench, quick: bool, long: bool = False) -> Outcome:
     path = HERE / bench.script
     if not path.exists():
         return Outcome(bench.script, "missing", detail="not written yet")
+    if bench.long and not long:
+        return Outcome(bench.script, "skipped", detail="runs with --long (about 35 min)")
     if quick and bench.quick_args is None:
         return Outcome(
             bench.script, "skipped", detail="--quick" + (" (starts Ray)" if bench.uses_ray else "")
@@ -121,6 +134,7 @@ def table(outcomes: list[Outcome]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="leave out the benchmarks that start Ray")
+    parser.add_argument("--long", action="store_true", help="also run the 30-minute chaos campaign")
     parser.add_argument("--only", nargs="*", default=None, help="script names (with or without .py)")
     parser.add_argument("--json", default=None, help="also write the outcomes to this file")
     args = parser.parse_args()
@@ -131,7 +145,7 @@ def main() -> int:
         unknown = wanted - {b.script.removesuffix(".py") for b in chosen}
         if unknown:
             parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
-    outcomes = [run_one(bench, args.quick) for bench in chosen]
+    outcomes = [run_one(bench, args.quick, args.long) for bench in chosen]
     print()
     print(table(outcomes))
     if args.json:

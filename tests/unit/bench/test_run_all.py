@@ -58,3 +58,19 @@ def test_run_all_reports_missing_failing_and_measured(
     table = run_all.table(outcomes)
     assert "good one" in table and "within" in table and "OVER" in table
     assert "absent.py" in table and "missing" in table
+
+
+def test_a_long_benchmark_runs_only_with_long(
+    modules: tuple[ModuleType, ModuleType], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, run_all = modules
+    (tmp_path / "figures.py").write_text((BENCHMARKS / "figures.py").read_text())
+    (tmp_path / "campaign.py").write_text("from figures import figure\nfigure('spurious', 0, '', 0)\n")
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    bench = run_all.Bench("campaign.py", long=True)
+    skipped = run_all.run_one(bench, quick=False)
+    assert (skipped.status, skipped.figures) == ("skipped", [])
+    assert "--long" in skipped.detail
+    ran = run_all.run_one(bench, quick=False, long=True)
+    assert ran.status == "ok" and [f.within for f in ran.figures] == [True]
+    assert {b.script for b in run_all.BENCHMARKS if b.long} == {"chaos.py"}
