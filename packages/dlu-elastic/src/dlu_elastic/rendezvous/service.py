@@ -46,6 +46,7 @@ from dlu_elastic.rendezvous.servicer import (
     FailureHook,
     HeartbeatHook,
     NodeCheckHook,
+    fill_state,
     rendezvous_state,
 )
 from dlu_elastic.rendezvous.state import AgentView, InvalidRequestError, RendezvousStateError
@@ -157,11 +158,10 @@ class _Server:
         wait = self._hold_s(request.wait_s, context)
         if not response.accepted or wait <= 0:
             return response
-        view = await self.watch.until(
-            lambda: self.servicer.settled_view(request.agent_id, response.round), wait
-        )
+        agent_id, round_ = request.agent_id, response.round
+        view = await self.watch.until(lambda: self.servicer.settled_view(agent_id, round_), wait)
         if isinstance(view, AgentView):  # else pending at the deadline or superseded: incomplete
-            response.state.CopyFrom(rendezvous_state(view))
+            fill_state(response.state, view)
         return response
 
     async def _get(
