@@ -16,9 +16,7 @@ from dlu_elastic.rendezvous.state import (
     AgentInfo,
     AgentView,
     InvalidRequestError,
-    NotMemberError,
     Rendezvous,
-    StaleRoundError,
     check_id,
 )
 
@@ -68,11 +66,7 @@ class ElasticServicer:
     def settled_view(self, agent_id: str, round_: int) -> AgentView | Literal[False] | None:
         """The agent's view once `round_` is complete; False once it never can be (superseded,
         or the agent left it: the agent must join again, at once); None while it is pending."""
-        try:
-            view = self.rendezvous.view(agent_id, round_)
-        except (StaleRoundError, NotMemberError):
-            return False
-        return view if view.complete else None
+        return self.rendezvous.settled(agent_id, round_)
 
     def report_node_check(self, request: pb.NodeCheckReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)
