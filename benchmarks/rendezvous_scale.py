@@ -59,8 +59,11 @@ SERVICE = "/dlu.elastic.v1.ElasticService"
 
 def _server_main(conn: Connection) -> None:
     """Serve one fresh rendezvous per size the driver sends, until it sends 0."""
+    from dlu_elastic.rendezvous.gc_policy import defer_full_collections
     from dlu_elastic.rendezvous.service import ElasticServicer, serve
     from dlu_elastic.rendezvous.state import Rendezvous
+
+    defer_full_collections()  # as the ElasticMaster's actor does
 
     while n := conn.recv():
         servicer = ElasticServicer(Rendezvous(min_nodes=n, max_nodes=n))
