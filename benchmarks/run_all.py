@@ -45,7 +45,7 @@ class Bench:
 
 BENCHMARKS: tuple[Bench, ...] = (
     Bench("controller_scale.py"),
-    Bench("rendezvous_scale.py", quick_args=("100", "1000")),
+    Bench("rendezvous_scale.py", quick_args=("1000", "10000")),
     Bench("node_check_plan.py"),
     Bench("state_store.py", quick_args=("--stores", "memory,redis", "--rounds", "100")),
     Bench("inplace_restart.py", quick_args=("3",)),

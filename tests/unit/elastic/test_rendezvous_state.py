@@ -349,3 +349,19 @@ def test_a_failing_listener_does_not_break_the_rendezvous() -> None:
     rdzv.add_listener(lambda: heard.append("ok"))
     assert rdzv.join(agent(0)).accepted
     assert rdzv.snapshot().complete and heard == ["ok"]
+
+
+def test_settled_is_pending_then_the_agents_view_then_false_once_superseded() -> None:
+    clock = FakeClock()
+    rdzv = Rendezvous(min_nodes=1, max_nodes=3, grace_s=5.0, clock=clock)
+    rdzv.join(agent(0))
+    assert rdzv.settled("agent-0", 1) is None  # pending (min reached, grace running)
+    assert rdzv.settled("agent-9", 1) is False  # never joined: must join, not wait
+    assert rdzv.settled("agent-0", 2) is False  # a round that is not the current one
+    clock.now += 5.0  # the grace period runs out: the next look completes the round
+    view = rdzv.settled("agent-0", 1)
+    assert view is not None and view is not False
+    assert view == rdzv.view("agent-0", 1)  # the same view the polling path answers
+    assert view.complete and view.placement is not None and view.placement.group_rank == 0
+    rdzv.new_round()
+    assert rdzv.settled("agent-0", 1) is False

@@ -28,6 +28,7 @@ from dlu_elastic.node_check.plan import (
     pair_round2,
     waves,
 )
+from dlu_elastic.rendezvous.gc_policy import defer_full_collections
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
 from dlu_elastic.rendezvous.state import Rendezvous
 from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict
@@ -70,6 +71,7 @@ class ElasticMaster(SubMaster):
         import ray
 
         host = ray.util.get_node_ip_address()
+        defer_full_collections()  # this actor's process holds every agent's rendezvous call
         self.server: RunningServer = serve(host, 0, token=self.token, servicer=servicer)
         self.publish({"address": self.server.address, "token": self.token})
         logger.info("role %s: elastic rendezvous serving at %s", self.role, self.server.address)

@@ -1,5 +1,10 @@
 """Held calls of the ElasticService: a rendezvous call waits on the server's event loop until
 its round completes (a long poll), woken by the rendezvous's listener, not by polling threads.
+
+Thousands of calls are held at once (every agent of a round), so a held call costs one future
+and one list entry, nothing per call on the loop's timer heap: held calls are grouped by the
+slot of `RECHECK_S` their deadline falls in, and one timer per slot answers them. A call is
+therefore answered at most `RECHECK_S` before its deadline, never after it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from typing import TypeVar
 
 from dlu_elastic.rendezvous.state import Rendezvous
 
-RECHECK_S = 0.05  # while calls are held, the grace period is re-evaluated this often
+RECHECK_S = 0.05  # while calls are held, the grace period is re-evaluated this often; deadline slot
 
 _T = TypeVar("_T")
 
@@ -20,14 +25,15 @@ class RoundWatch:
     """Wakes held calls when a round completes or moves on. Lives on the server's loop.
 
     The rendezvous calls `_notify` from any thread, under its lock; the news reaches the loop
-    through `call_soon_threadsafe`, where one event per change wakes every held call. While
+    through `call_soon_threadsafe`, where it resolves the future of every held call. While
     calls are held, one ticker refreshes the rendezvous so a grace period that runs out is seen.
     """
 
     def __init__(self, rendezvous: Rendezvous, loop: asyncio.AbstractEventLoop) -> None:
         self._rendezvous = rendezvous
         self._loop = loop
-        self._event = asyncio.Event()
+        # deadline slot -> futures of the calls held until then; a slot has a timer while listed
+        self._slots: dict[int, list[asyncio.Future[None]]] = {}
         self._held = 0
         self._ticker: asyncio.Task[None] | None = None
         self.remove = rendezvous.add_listener(self._notify)
@@ -42,31 +48,43 @@ class RoundWatch:
             self._loop.call_soon_threadsafe(self._fire)
 
     def _fire(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
+        """A change: wake every held call (each checks again and, if still waiting, re-enlists)."""
+        for slot, waiters in self._slots.items():
+            if waiters:
+                self._slots[slot] = []
+                _wake(waiters)
+
+    def _expire(self, slot: int) -> None:
+        _wake(self._slots.pop(slot, []))
 
     async def until(self, ready: Callable[[], _T | None], timeout_s: float) -> _T | None:
         """`ready()`'s first non-None answer, checked now and after every change; None when
-        `timeout_s` passes first. Exceptions of `ready()` propagate."""
-        deadline = self._loop.time() + timeout_s
+        `timeout_s` passes first (answered up to RECHECK_S early). Exceptions of `ready()`
+        propagate."""
+        loop = self._loop
+        slot = int((loop.time() + timeout_s) / RECHECK_S)
+        answer_at = slot * RECHECK_S  # the start of the deadline's slot: never after the deadline
         self._held += 1
         if self._ticker is None:
-            self._ticker = self._loop.create_task(self._tick())
+            self._ticker = loop.create_task(self._tick())
         try:
             while True:
-                event = self._event  # taken before the check: a change after it sets this event
                 found = ready()
-                remaining = deadline - self._loop.time()
-                if found is not None or remaining <= 0:
+                if found is not None or loop.time() >= answer_at:
                     return found
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
-                        await event.wait()
+                waiters = self._slots.get(slot)
+                if waiters is None:
+                    waiters = self._slots[slot] = []
+                    loop.call_at(answer_at, self._expire, slot)
+                woken = loop.create_future()
+                waiters.append(woken)
+                await woken  # a change or the slot's timer; a cancelled call cancels only its own
         finally:
             self._held -= 1
 
     def close(self) -> None:
-        """Stop hearing from the rendezvous and stop the ticker (on the loop, at shutdown)."""
+        """Stop hearing from the rendezvous and stop the ticker (on the loop, at shutdown). Calls
+        still held are answered by their slots' timers (the server cancels them when it stops)."""
         self.remove()
         if self._ticker is not None:
             self._ticker.cancel()
@@ -78,3 +96,9 @@ class RoundWatch:
                 self._rendezvous.refresh()
         finally:
             self._ticker = None
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    for woken in waiters:
+        if not woken.done():  # a held call cancelled meanwhile (its client went away)
+            woken.set_result(None)

@@ -16,9 +16,7 @@ from dlu_elastic.rendezvous.state import (
     AgentInfo,
     AgentView,
     InvalidRequestError,
-    NotMemberError,
     Rendezvous,
-    StaleRoundError,
     check_id,
 )
 
@@ -68,11 +66,7 @@ class ElasticServicer:
     def settled_view(self, agent_id: str, round_: int) -> AgentView | Literal[False] | None:
         """The agent's view once `round_` is complete; False once it never can be (superseded,
         or the agent left it: the agent must join again, at once); None while it is pending."""
-        try:
-            view = self.rendezvous.view(agent_id, round_)
-        except (StaleRoundError, NotMemberError):
-            return False
-        return view if view.complete else None
+        return self.rendezvous.settled(agent_id, round_)
 
     def report_node_check(self, request: pb.NodeCheckReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)
@@ -117,16 +111,25 @@ class ElasticServicer:
 
 def rendezvous_state(view: AgentView) -> pb.RendezvousState:
     """The wire form of what one agent knows about its round."""
-    state = pb.RendezvousState(round=view.round, joined_agents=view.joined, waiting_agents=view.waiting)
-    if view.assignment is not None and view.placement is not None:
-        state.complete = True
-        state.world_size = view.assignment.world_size
-        state.group_world_size = view.assignment.group_world_size
-        state.master_addr = view.assignment.master_addr
-        state.master_port = view.assignment.master_port
-        state.group_rank = view.placement.group_rank
-        state.rank_offset = view.placement.rank_offset
+    state = pb.RendezvousState()
+    fill_state(state, view)
     return state
+
+
+def fill_state(state: pb.RendezvousState, view: AgentView) -> None:
+    """Write `view` into an empty `state` in place (a held join's answer: no copy per agent)."""
+    state.round = view.round
+    state.joined_agents = view.joined
+    state.waiting_agents = view.waiting
+    assignment, placement = view.assignment, view.placement
+    if assignment is not None and placement is not None:
+        state.complete = True
+        state.world_size = assignment.world_size
+        state.group_world_size = len(assignment.placements)
+        state.master_addr = assignment.master_addr
+        state.master_port = assignment.master_port
+        state.group_rank = placement.group_rank
+        state.rank_offset = placement.rank_offset
 
 
 def _check_error_text(error: str) -> None:

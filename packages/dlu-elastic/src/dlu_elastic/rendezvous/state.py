@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dlu_elastic.rendezvous.assignment import MAX_LOCAL_RANKS, AgentInfo, Assignment, Placement, assign
 from dlu_elastic.rendezvous.state_errors import (
@@ -208,6 +209,27 @@ class Rendezvous:
                 joined=len(current.joined),
                 waiting=len(self._spares),
                 placement=None if assignment is None else assignment.by_agent[agent_id],
+                assignment=assignment,
+            )
+
+    def settled(self, agent_id: str, round_: int) -> AgentView | Literal[False] | None:
+        """What a held call waits for: `agent_id`'s view once `round_` is complete; False once it
+        never can be (superseded, or the agent is no longer a member: it must join again); None
+        while pending. Refuses nothing and builds no view while pending: every held call asks at
+        least twice, thousands at once."""
+        with self._cond:
+            self._advance(self._clock())
+            current = self._round
+            if current.number != round_ or agent_id not in current.joined:
+                return False
+            assignment = current.assignment
+            if assignment is None:
+                return None
+            return AgentView(
+                round=current.number,
+                joined=len(current.joined),
+                waiting=len(self._spares),
+                placement=assignment.by_agent[agent_id],
                 assignment=assignment,
             )
 
