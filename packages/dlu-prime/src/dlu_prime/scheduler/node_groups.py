@@ -129,6 +129,12 @@ class NodeGroups:
                 time.sleep(POLL_S)
         return out, None
 
+    def needs(self, role: str) -> str:
+        """What one node of `role` needs, against what the cluster has free now."""
+        import ray
+
+        return missing_message(self._plan_of(node_group_name(role, 0)), ray.available_resources())
+
     def not_started(self, starts: Mapping[str, Sequence[int]]) -> set[str]:
         """Actors of the nodes a role does not start with (`wait_start`'s answer)."""
         return {
