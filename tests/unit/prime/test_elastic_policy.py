@@ -23,7 +23,7 @@ from dlu_prime.master.lifecycle import new_state
 from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, ScaleError, plan_resize
 from dlu_prime.master.state import FailoverRecord, JobState, Tier
 from dlu_prime.preflight import job_demand
-from dlu_prime.scheduler.node_groups import StartKind, start_verdict
+from dlu_prime.scheduler.node_groups import StartKind, missing_message, start_verdict
 from dlu_prime.scheduler.placement import plan_placement
 
 pytestmark = pytest.mark.timeout(30)
@@ -121,6 +121,13 @@ def test_below_min_at_the_timeout_fails_naming_nodes_got_and_needed() -> None:
     verdict = start_verdict("trainer", [0], 2, 3, 60.0, 60.0)
     assert verdict.kind is StartKind.FAIL
     assert "got 1 node(s) placed in 60s (elastic.start_timeout_s) but needs at least 2" in verdict.reason
+
+
+def test_what_one_node_needs_leaves_out_the_resources_of_placed_bundles() -> None:
+    group = plan_placement(spec_from_dict(spec_of("1:3", 2))).groups[0]
+    available = {"CPU": 3.5, "bundle_group_0_ab12": 999.999, "CPU_group_ab12": 1.0, "slot": 1.0}
+    message = missing_message(group, available)
+    assert message == "each node of the role needs {CPU 2} and the cluster has CPU 3.5, slot 1 available"
 
 
 def test_unplaced_nodes_leave_the_state_with_one_event() -> None:
