@@ -245,3 +245,27 @@ def test_below_min_a_node_placed_while_waiting_joins_in_one_resize() -> None:
         a.rank for a in state.actors.values() if a.rank >= 0
     ) == [0, 2]
     assert (state.roles["trainer"].restart_count, state.roles["trainer"].resize_count) == (0, 1)
+
+
+def test_below_min_a_lost_node_ray_rebuilds_meanwhile_goes_to_the_failover_ladder() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1}, nnodes="2:3", replace_timeout_s=5)
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()
+    assert manager.state.failover is None and manager.state.resize is None  # waiting below MIN
+    # capacity came back where the lost node's group was: Ray placed it again and rebuilt the actor
+    fake.set(
+        T(1), {"unavailable": False, "stage": ActorStage.INIT, "reconstructed": True, "node_id": "node-9"}
+    )
+    fake.dead = set()
+    clock.advance(2)
+    manager.monitor_once()
+    state = manager.state
+    assert state.stage is JobStage.RUNNING and state.resize is None
+    started = [e for e in state.events if e.kind == "failover_started"]
+    assert len(started) == 1 and started[0].actor == T(1) and started[0].tier == "role"
+    clock.advance(10)  # long past the wait: nothing is judged below MIN any more
+    manager.monitor_once()
+    assert manager.state.stage is JobStage.RUNNING
+    assert not [e for e in manager.state.events if e.kind == "died"]
