@@ -147,7 +147,11 @@ class ElasticResizer:
         with what one node needs against what the cluster has free."""
         m = self._manager
         assert verdict.stop is not None and verdict.culprit is not None
-        needs = m.scheduler.node_needs(role)
+        try:
+            needs = m.scheduler.node_needs(role)
+        except Exception:
+            logger.exception("job %s: asking Ray what role %s's nodes need failed", m.state.job, role)
+            needs = ""
         reason = f"{verdict.stop}; {needs}" if needs else verdict.stop
         forgiven = caused_by_loss(m.state, role, gone_since[verdict.culprit])
         m.apply(FellBelowMin(role, verdict.culprit, verdict.below_min or verdict.stop, forgiven))
@@ -157,10 +161,11 @@ class ElasticResizer:
         """Begin a growth onto nodes Ray placed for a role below its target (rate-limited)."""
         m = self._manager
         state = m.state
+        judging = {state.actors[n].role for n in self._gone_since if n in state.actors}
         for spec in elastic_roles(state):
             missing = missing_nodes(state, spec.name)
-            if not missing or state.resize is not None:
-                continue
+            if not missing or state.resize is not None or spec.name in judging:
+                continue  # a role whose actors are gone: `intercept` decides (with what Ray placed)
             record = state.roles.get(spec.name)
             last = record.last_resize_at if record is not None else None
             assert spec.elastic is not None
