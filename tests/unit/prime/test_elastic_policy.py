@@ -20,10 +20,10 @@ from dlu_prime.master.elastic_policy import (
 )
 from dlu_prime.master.elastic_resize import unplaced_elastic
 from dlu_prime.master.lifecycle import new_state
-from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ScaleError, plan_resize
-from dlu_prime.master.state import JobState
+from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, ScaleError, plan_resize
+from dlu_prime.master.state import FailoverRecord, JobState, Tier
 from dlu_prime.preflight import job_demand
-from dlu_prime.scheduler.node_groups import StartKind, start_verdict
+from dlu_prime.scheduler.node_groups import StartKind, missing_message, start_verdict
 from dlu_prime.scheduler.placement import plan_placement
 
 pytestmark = pytest.mark.timeout(30)
@@ -123,6 +123,13 @@ def test_below_min_at_the_timeout_fails_naming_nodes_got_and_needed() -> None:
     assert "got 1 node(s) placed in 60s (elastic.start_timeout_s) but needs at least 2" in verdict.reason
 
 
+def test_what_one_node_needs_leaves_out_the_resources_of_placed_bundles() -> None:
+    group = plan_placement(spec_from_dict(spec_of("1:3", 2))).groups[0]
+    available = {"CPU": 3.5, "bundle_group_0_ab12": 999.999, "CPU_group_ab12": 1.0, "slot": 1.0}
+    message = missing_message(group, available)
+    assert message == "each node of the role needs {CPU 2} and the cluster has CPU 3.5, slot 1 available"
+
+
 def test_unplaced_nodes_leave_the_state_with_one_event() -> None:
     state = new_state(spec_from_dict(spec_of("1:3", 2)))
     placed = {T(0): "a", T(1): "a", "job.trainer.submaster": "h"}
@@ -154,12 +161,59 @@ def test_an_unplaceable_node_is_held_until_replace_timeout_then_lost() -> None:
     assert lost.shrink is not None and lost.lost == (1,)
 
 
-def test_below_min_waits_up_to_the_timeout_then_the_failover_ladder() -> None:
+def test_below_min_waits_up_to_the_timeout_then_stops_naming_nodes_had_and_needed() -> None:
     state = running([0, 1], nnodes="2:3")
     held = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0 + 1, has_extension=False)
-    assert held.shrink is None and held.hold == {T(2)}  # waits for capacity
+    assert held.shrink is None and held.stop is None and held.hold == {T(2)}  # waits for capacity
+    assert held.below_min is not None and "waiting up to 30s (elastic.replace_timeout_s)" in held.below_min
+    over = judge_loss(state, "trainer", {T(2): T0, T(3): T0}, {"ray-1"}, T0 + 31, has_extension=False)
+    assert over.shrink is None and over.hold == {T(2), T(3)}  # not the ladder's: nothing to restart
+    assert over.stop is not None and over.culprit == T(2) and over.lost == (1,)
+    assert over.stop == (
+        "role trainer has 1 node(s) after losing node 1 (Ray marked it dead) and needs at least 2 "
+        "(nnodes 2:3); no node could be placed in 30s (elastic.replace_timeout_s)"
+    )
+
+
+def test_below_min_after_an_unplaceable_node_stops_at_once_naming_the_timeout() -> None:
+    state = running([0, 1], nnodes="2:3", replace_timeout_s=5)
+    assert judge_loss(state, "trainer", {T(3): T0}, set(), T0 + 4, has_extension=False).below_min is None
+    over = judge_loss(state, "trainer", {T(3): T0}, set(), T0 + 6, has_extension=False)
+    assert over.culprit == T(3) and over.stop is not None and "(unplaceable for 5s)" in over.stop
+
+
+def test_below_min_a_node_ray_placed_meanwhile_joins_in_the_same_resize() -> None:
+    state = running([0, 1], nnodes="2:3")
+    verdict = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0 + 3, has_extension=False, placed=[2])
+    assert verdict.stop is None and verdict.shrink is not None and verdict.lost == (1,)
+    plan = verdict.shrink
+    assert (plan.old_size, plan.new_size, plan.nodes) == (2, 2, 2)
+    assert set(plan.removed) == {T(2), T(3)} and plan.added == ((T(4), 4), (T(5), 5))
+    late = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0 + 31, has_extension=False, placed=[2])
+    assert late.shrink is not None and late.stop is None  # capacity there at the end: no stop
+    kept = running([0, 1], nnodes="2:3")
+    kept.roles["trainer"].target_nodes = 2  # `dlu scale` keeps 2: room for one node only
+    assert judge_loss(kept, "trainer", {T(2): T0}, {"ray-1"}, T0, has_extension=False, placed=[2]).shrink
+
+
+def test_below_min_while_a_failover_is_in_flight_goes_to_the_ladder_after_the_timeout() -> None:
+    state = running([0, 1], nnodes="2:3")
+    state.failover = FailoverRecord(tier=Tier.ROLE, role="trainer", actors=[T(0)], reason="x", started_at=T0)
+    held = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0 + 1, has_extension=False)
+    assert held.hold == {T(2)} and held.stop is None
     over = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0 + 31, has_extension=False)
-    assert over.shrink is None and over.hold == frozenset()  # released to the ladder
+    assert over.hold == frozenset() and over.stop is None and over.shrink is None
+
+
+def test_falling_below_min_counts_the_lost_node_once_and_forgives_what_it_caused() -> None:
+    state = running([0, 1], nnodes="2:3")
+    state.roles["trainer"].inplace_restart_count = 1
+    events = apply_change(state, FellBelowMin("trainer", T(2), "role trainer has 1 node(s) ...", 1), T0)
+    assert [(e.kind, e.actor, e.node_id) for e in events] == [("died", T(2), "ray-1")]
+    assert state.actors[T(2)].total_failures == 1 and state.actors[T(0)].total_failures == 0
+    role = state.roles["trainer"]
+    assert (role.inplace_restart_count, role.restart_count) == (0, 0)
+    assert state.first_failure is not None and state.first_failure.actor == T(2)
 
 
 def test_with_an_extension_a_lost_node_is_relaunched_not_shrunk() -> None:

@@ -198,3 +198,76 @@ def test_dlu_scale_to_the_size_it_has_keeps_that_size() -> None:
     manager.resizer.request("trainer", 2)
     manager.resizer.resume()
     assert fake.members == [([0, 1], [1])] and manager.state.roles["trainer"].target_nodes == 2
+
+
+def test_below_min_waits_for_capacity_then_stops_counting_the_lost_node_once() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1}, nnodes="2:3", replace_timeout_s=5)
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()
+    clock.advance(4)
+    manager.monitor_once()  # waiting for capacity: no resize, no failover, still running
+    state = manager.state
+    assert (state.stage, state.resize, state.failover) == (JobStage.RUNNING, None, None)
+    waits = [e.message for e in state.events if e.kind == "elastic_below_min"]
+    assert len(waits) == 1 and "has 1 node(s) after losing node 1 (Ray marked it dead)" in waits[0]
+    clock.advance(2)
+    manager.monitor_once()
+    state = manager.state
+    assert (state.stage, state.exit_code) == (JobStage.STOPPED, 1)
+    assert "needs at least 2 (nnodes 2:3); no node could be placed in 5s" in state.reason
+    role = state.roles["trainer"]
+    assert (role.restart_count, role.inplace_restart_count, role.resize_count) == (0, 0, 0)
+    assert (state.actors[T(1)].total_failures, state.actors[T(0)].total_failures) == (1, 0)
+    assert state.job_restart_count == 0 and state.actors[T(0)].restart_count == 0
+    assert not [e for e in state.events if e.kind.startswith("failover")]
+    assert state.first_failure is not None and state.first_failure.actor == T(1)
+
+
+def test_below_min_a_node_placed_while_waiting_joins_in_one_resize() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1}, nnodes="2:3", replace_timeout_s=5)
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()
+    assert manager.state.resize is None
+    fake.placed = {0, 1, 2}  # capacity came back: node 2's group placed
+    clock.advance(2)
+    manager.elastic.tick(clock())  # the loop's order: no growth that still counts the lost node
+    assert manager.state.resize is None
+    manager.monitor_once()
+    record = manager.state.resize
+    assert record is not None and (record.removed, record.added, record.nodes) == ([T(1)], [T(2)], 2)
+    assert record.cause == "node lost: node 1, Ray marked it dead; node(s) 2 placed"
+    manager.resizer.resume()
+    assert fake.dropped == [T(1)] and fake.added == [T(2)] and fake.members == [([0, 2], [2])]
+    state = manager.state
+    assert state.stage is JobStage.RUNNING and sorted(
+        a.rank for a in state.actors.values() if a.rank >= 0
+    ) == [0, 2]
+    assert (state.roles["trainer"].restart_count, state.roles["trainer"].resize_count) == (0, 1)
+
+
+def test_below_min_a_lost_node_ray_rebuilds_meanwhile_goes_to_the_failover_ladder() -> None:
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1}, nnodes="2:3", replace_timeout_s=5)
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()
+    assert manager.state.failover is None and manager.state.resize is None  # waiting below MIN
+    # capacity came back where the lost node's group was: Ray placed it again and rebuilt the actor
+    fake.set(
+        T(1), {"unavailable": False, "stage": ActorStage.INIT, "reconstructed": True, "node_id": "node-9"}
+    )
+    fake.dead = set()
+    clock.advance(2)
+    manager.monitor_once()
+    state = manager.state
+    assert state.stage is JobStage.RUNNING and state.resize is None
+    started = [e for e in state.events if e.kind == "failover_started"]
+    assert len(started) == 1 and started[0].actor == T(1) and started[0].tier == "role"
+    clock.advance(10)  # long past the wait: nothing is judged below MIN any more
+    manager.monitor_once()
+    assert manager.state.stage is JobStage.RUNNING
+    assert not [e for e in manager.state.events if e.kind == "died"]

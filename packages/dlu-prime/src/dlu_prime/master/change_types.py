@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from dlu_api.status import JobStage
 from dlu_prime.master.failover import InPlaceDecision, Recovery
 from dlu_prime.master.monitor import Assessment
-from dlu_prime.master.resize import ResizeBegan, ResizeEnded, StartedWithout, TargetSet
+from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout, TargetSet
 from dlu_prime.master.state import ActorStage, FailoverRecord, Tier
 
 
@@ -168,4 +168,5 @@ Change = (
     | ResizeEnded
     | StartedWithout
     | TargetSet
+    | FellBelowMin
 )

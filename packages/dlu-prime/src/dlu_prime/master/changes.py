@@ -36,10 +36,12 @@ from dlu_prime.master.change_types import (
 from dlu_prime.master.failover import InPlaceVerdict, Recovery
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import (
+    FellBelowMin,
     ResizeBegan,
     ResizeEnded,
     StartedWithout,
     TargetSet,
+    fell_below_min,
     resize_began,
     resize_ended,
     started_without,
@@ -216,6 +218,10 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
         case TargetSet():
             for kind, message, _ in target_set(state, change):
                 note(Note(kind, message, role=change.role))
+        case FellBelowMin():
+            node = state.actors[change.culprit].node_id
+            for kind, message, _ in fell_below_min(state, change):
+                note(Note(kind, message, role=change.role, actor=change.culprit, node_id=node))
     return out
 
 

@@ -3,8 +3,9 @@
 - Shrink: a node whose ranks' actors are gone and Ray marked the node dead, or that stayed
   unplaceable (Ray restarting them) past `elastic.replace_timeout_s`, is lost for good; with
   the survivors still >= MIN (and no Extension to replace the node) the role shrinks to them,
-  in place, as one resize. Below MIN its failures are held until the timeout, then they go to
-  the failover ladder as any failure.
+  in place, as one resize. Below MIN it waits for capacity up to the timeout (nodes Ray places
+  meanwhile join in that one resize), then the job stops with a reason naming the nodes it
+  has, the nodes it needs and what one node needs, the loss counted once on the lost node.
 - Grow: a node the role misses (below its target, MAX unless `dlu scale` set one) whose
   placement group Ray placed joins, at most one automatic resize per `elastic.resize_interval_s`.
 - By hand: `dlu scale JOB ROLE N` sets the target (a node count within MIN..MAX): surplus nodes
@@ -89,9 +90,12 @@ def busy_reason(state: JobState) -> str | None:
 class LossVerdict:
     """What to do about a role's nodes whose actors are gone this pass."""
 
-    shrink: ResizePlan | None = None  # survivors >= MIN: this resize
+    shrink: ResizePlan | None = None  # survivors (plus nodes Ray placed) >= MIN: this resize
     hold: frozenset[str] = frozenset()  # failures not judged yet (waiting for Ray or capacity)
     lost: tuple[int, ...] = ()  # the nodes lost for good
+    below_min: str | None = None  # below MIN: what the role has, needs and waits for
+    stop: str | None = None  # below MIN past the timeout: the job stops with this reason
+    culprit: str | None = None  # with `stop`: the lost node's actor, the one fault counted
 
 
 def judge_loss(
@@ -101,13 +105,19 @@ def judge_loss(
     dead_ray_nodes: Collection[str],
     now: float,
     has_extension: bool,
+    placed: Collection[int] = (),
 ) -> LossVerdict:
-    """`gone`: the role's actors that are gone or unplaceable now -> since when (this clock).
+    """`gone`: the role's actors that are gone or unplaceable now -> since when (this clock);
+    `placed`: nodes the role does not have whose placement groups Ray placed (capacity).
 
     A node is lost for good when one of its actors is gone and Ray marked its Ray node dead, or
     when it stayed gone past replace_timeout_s. With an Extension a node is never lost here (it
-    is relaunched, tier 4). Failures of gone actors are held while the node may still come back,
-    and while the role is below MIN until the timeout; then they go to the failover ladder."""
+    is relaunched, tier 4). Survivors >= MIN: one shrink in place. Below MIN the role waits for
+    capacity up to replace_timeout_s from the loss: nodes Ray places meanwhile join in the same
+    resize (survivors plus them >= MIN), and a lost node whose group Ray places again comes back
+    through the failover ladder (Ray rebuilds its actors). Past the timeout the job stops, the
+    loss counted once on the lost node (a restart of the survivors could not bring capacity
+    back). A failover or resize in flight: held until the timeout, then the failover ladder."""
     spec = state.spec.role(role)
     assert spec.elastic is not None
     if has_extension or not gone:
@@ -116,6 +126,7 @@ def judge_loss(
     nodes = role_nodes(state, role)
     lost: list[int] = []
     hold: set[str] = set()
+    dead_lost = False
     for k, names in nodes.items():
         down = [n for n in names if n in gone]
         if not down:
@@ -124,15 +135,36 @@ def judge_loss(
         overdue = any(now - gone[n] > timeout for n in down)
         if overdue or ray_node & set(dead_ray_nodes):
             lost.append(k)
+            dead_lost |= bool(ray_node & set(dead_ray_nodes))
         hold.update(down)
     if not lost:
         return LossVerdict(hold=frozenset(hold))
     survivors = [k for k in nodes if k not in lost]
-    if len(survivors) >= spec.elastic.min_nodes and busy_reason(state) is None:
+    low = spec.elastic.min_nodes
+    busy = busy_reason(state) is not None
+    if len(survivors) >= low and not busy:
         return LossVerdict(shrink=_plan(state, role, survivors, ()), hold=frozenset(hold), lost=tuple(lost))
-    # below MIN (or busy): wait for capacity up to the timeout, then the failover ladder
-    overdue_names = {n for n in hold if now - gone[n] > timeout}
-    return LossVerdict(hold=frozenset(hold - overdue_names), lost=tuple(lost))
+    if busy:  # wait up to the timeout, then the failover ladder
+        overdue_names = {n for n in hold if now - gone[n] > timeout}
+        return LossVerdict(hold=frozenset(hold - overdue_names), lost=tuple(lost))
+    room = target_nodes(state, role) - len(survivors)
+    joining = sorted(k for k in placed if k not in nodes)[: max(0, room)]
+    if len(survivors) + len(joining) >= low:
+        plan = _plan(state, role, survivors, joining)
+        return LossVerdict(shrink=plan, hold=frozenset(hold), lost=tuple(lost))
+    which = ", ".join(f"node {k}" for k in lost)
+    why = "Ray marked it dead" if dead_lost else f"unplaceable for {timeout:g}s"
+    has = (
+        f"role {role} has {len(survivors)} node(s) after losing {which} ({why}) and needs at least "
+        f"{low} (nnodes {spec.elastic.nnodes})"
+    )
+    went = [n for k in lost for n in nodes[k] if n in gone]
+    if now - min(gone[n] for n in went) <= timeout:
+        waiting = f"{has}: waiting up to {timeout:g}s (elastic.replace_timeout_s) for capacity"
+        return LossVerdict(hold=frozenset(hold), lost=tuple(lost), below_min=waiting)
+    culprit = min(went, key=lambda n: (gone[n], state.actors[n].rank))
+    stop = f"{has}; no node could be placed in {timeout:g}s (elastic.replace_timeout_s)"
+    return LossVerdict(hold=frozenset(hold), lost=tuple(lost), below_min=has, stop=stop, culprit=culprit)
 
 
 # A rank's collective fails the moment a peer's node dies, before the PrimeMaster can see the

@@ -23,16 +23,18 @@ from dlu_prime.master.changes import ActorsPlaced, Note
 from dlu_prime.master.elastic_policy import (
     GROWN,
     NODE_LOST,
+    LossVerdict,
     caused_by_loss,
     elastic_roles,
     grow_nodes,
     judge_loss,
     missing_nodes,
+    role_nodes,
 )
 from dlu_prime.master.failover import DEATH_KINDS
-from dlu_prime.master.lifecycle import FencedError, gone
+from dlu_prime.master.lifecycle import EXIT_FAILED, FencedError, gone
 from dlu_prime.master.monitor import Assessment
-from dlu_prime.master.resize import ResizeBegan, ResizeEnded, StartedWithout
+from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, ResizeRecord
 from dlu_prime.naming import sub_master_name
 from dlu_prime.scheduler.base import ActorObservation, SchedulingError
@@ -69,6 +71,7 @@ class ElasticResizer:
     def __init__(self, manager: PrimeManager) -> None:
         self._manager = manager
         self._gone_since: dict[str, float] = {}  # actor -> first pass it was seen gone
+        self._noted: set[tuple[str, tuple[int, ...]]] = set()  # (role, lost nodes) said below MIN
 
     # detecting ---------------------------------------------------------------------------------
     def intercept(
@@ -91,36 +94,78 @@ class ElasticResizer:
         down |= {f.actor for f in result.failures if f.kind in DEATH_KINDS - {"restarted"}}
         self._gone_since = {n: self._gone_since.get(n, now) for n in down}
         if not down:
+            self._noted.clear()
             return result
         nodes = {state.actors[n].node_id for n in down if n in state.actors} - {None}
         dead = m.scheduler.dead_nodes([n for n in nodes if n is not None]) if nodes else set[str]()
         held: set[str] = set()
         for spec in roles:
             mine = {n: t for n, t in self._gone_since.items() if state.actors[n].role == spec.name}
-            verdict = judge_loss(state, spec.name, mine, dead, now, m.extension is not None)
+            verdict = self._judge(spec.name, mine, dead, now)
             held |= verdict.hold
+            if verdict.stop is not None and verdict.culprit is not None:
+                self._stop_below_min(spec.name, verdict, mine)
+                return Assessment()
+            if verdict.below_min is not None and (spec.name, verdict.lost) not in self._noted:
+                self._noted.add((spec.name, verdict.lost))
+                m.apply(Note("elastic_below_min", verdict.below_min, spec.name))
             if verdict.shrink is not None:
                 lost = ", ".join(f"node {k}" for k in verdict.lost)
                 marked = any(state.actors[n].node_id in dead for n in verdict.shrink.removed)
                 timeout = spec.elastic.replace_timeout_s if spec.elastic is not None else 0.0
                 why = "Ray marked it dead" if marked else f"unplaceable for {timeout:g}s"
+                joining = sorted({rank // spec.per_group for _, rank in verdict.shrink.added})
+                placed = f"; node(s) {', '.join(map(str, joining))} placed" if joining else ""
                 first_seen = min((mine[n] for n in verdict.shrink.removed if n in mine), default=now)
                 forgiven = caused_by_loss(state, spec.name, first_seen)
-                m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}", forgiven))
+                m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}{placed}", forgiven))
                 m.wake()
         if not held:
             return result
         kept = tuple(f for f in result.failures if f.actor not in held)
         return replace(result, failures=kept)
 
+    def _judge(self, role: str, gone_since: Mapping[str, float], dead: set[str], now: float) -> LossVerdict:
+        """`judge_loss`; below MIN, judged again with the missing nodes Ray placed meanwhile."""
+        m = self._manager
+        has_extension = m.extension is not None
+        verdict = judge_loss(m.state, role, gone_since, dead, now, has_extension)
+        if verdict.below_min is None or verdict.shrink is not None:
+            return verdict
+        spec = m.state.spec.role(role)
+        have = role_nodes(m.state, role)
+        free = [k for k in range(spec.total // spec.per_group) if k not in have]
+        try:
+            placed = m.scheduler.placed_nodes(role, free) if free else []
+        except Exception:
+            logger.exception("job %s: asking Ray for role %s's nodes failed", m.state.job, role)
+            return verdict
+        return judge_loss(m.state, role, gone_since, dead, now, has_extension, placed) if placed else verdict
+
+    def _stop_below_min(self, role: str, verdict: LossVerdict, gone_since: Mapping[str, float]) -> None:
+        """Past the wait below MIN: the loss counted once on the lost node, then the job stops
+        with what one node needs against what the cluster has free."""
+        m = self._manager
+        assert verdict.stop is not None and verdict.culprit is not None
+        try:
+            needs = m.scheduler.node_needs(role)
+        except Exception:
+            logger.exception("job %s: asking Ray what role %s's nodes need failed", m.state.job, role)
+            needs = ""
+        reason = f"{verdict.stop}; {needs}" if needs else verdict.stop
+        forgiven = caused_by_loss(m.state, role, gone_since[verdict.culprit])
+        m.apply(FellBelowMin(role, verdict.culprit, verdict.below_min or verdict.stop, forgiven))
+        m.finish(EXIT_FAILED, reason)
+
     def tick(self, now: float) -> None:
         """Begin a growth onto nodes Ray placed for a role below its target (rate-limited)."""
         m = self._manager
         state = m.state
+        judging = {state.actors[n].role for n in self._gone_since if n in state.actors}
         for spec in elastic_roles(state):
             missing = missing_nodes(state, spec.name)
-            if not missing or state.resize is not None:
-                continue
+            if not missing or state.resize is not None or spec.name in judging:
+                continue  # a role whose actors are gone: `intercept` decides (with what Ray placed)
             record = state.roles.get(spec.name)
             last = record.last_resize_at if record is not None else None
             assert spec.elastic is not None

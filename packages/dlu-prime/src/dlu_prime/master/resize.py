@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState, ResizeRecord, role_size
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState, ResizeRecord, role_size
 from dlu_prime.naming import actor_name
 
 EventSpec = tuple[str, str, float | None]
@@ -66,6 +66,28 @@ class StartedWithout:
 
     names: tuple[str, ...]
     message: str
+
+
+@dataclass(frozen=True)
+class FellBelowMin:
+    """An elastic role lost nodes below its MIN and no capacity came back in time: the lost
+    node's actor `culprit` is the one fault counted (the in-place restarts of the survivors it
+    caused are not), before the job stops."""
+
+    role: str
+    culprit: str
+    message: str
+    forgiven: int = 0
+
+
+def fell_below_min(state: JobState, change: FellBelowMin) -> list[EventSpec]:
+    record = state.actors[change.culprit]
+    record.total_failures += 1
+    record.error = change.message
+    record.stage = ActorStage.FAILED
+    role = state.roles[change.role]
+    role.inplace_restart_count -= min(change.forgiven, role.inplace_restart_count)
+    return [("died", change.message, None)]
 
 
 def started_without(state: JobState, change: StartedWithout) -> list[EventSpec]:

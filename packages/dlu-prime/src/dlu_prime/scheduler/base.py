@@ -164,6 +164,11 @@ class Scheduler(ABC):
         for. A scheduler that cannot tell: all of them."""
         return list(nodes)
 
+    def node_needs(self, role: str) -> str:
+        """What one node of an elastic role with a MIN:MAX range needs, against what the cluster
+        has free (for a stop reason); '' from a scheduler that cannot tell."""
+        return ""
+
     def drop_actors(self, names: Sequence[str]) -> None:
         """Remove these actors at once, without asking them to stop (their node is lost), and
         keep their placement groups asked for. Idempotent."""

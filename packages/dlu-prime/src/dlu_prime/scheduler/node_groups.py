@@ -55,11 +55,12 @@ def start_verdict(
 
 
 def missing_message(group: GroupPlan, available: Mapping[str, float]) -> str:
-    """What one more node of the role needs, against what the cluster has free."""
+    """What one more node of the role needs, against what the cluster has free (leaving out
+    the resources Ray makes of placed bundles, `bundle_group_...`, `CPU_group_...`: only their
+    placement group can use them)."""
     need = format_resources(group.bundles[0].resources)
-    return (
-        f"each node of the role needs {{{need}}} and the cluster has {format_resources(available)} available"
-    )
+    free = {name: amount for name, amount in available.items() if "_group_" not in name}
+    return f"each node of the role needs {{{need}}} and the cluster has {format_resources(free)} available"
 
 
 def node_ranks(role: RoleSpec, node: int) -> list[int]:
@@ -128,6 +129,12 @@ class NodeGroups:
             if pending:
                 time.sleep(POLL_S)
         return out, None
+
+    def needs(self, role: str) -> str:
+        """What one node of `role` needs, against what the cluster has free now."""
+        import ray
+
+        return missing_message(self._plan_of(node_group_name(role, 0)), ray.available_resources())
 
     def not_started(self, starts: Mapping[str, Sequence[int]]) -> set[str]:
         """Actors of the nodes a role does not start with (`wait_start`'s answer)."""

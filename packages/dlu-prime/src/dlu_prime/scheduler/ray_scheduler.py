@@ -294,6 +294,9 @@ class RayScheduler(Scheduler):
     def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
         return self.node_groups.placed(role, nodes, wait_s)
 
+    def node_needs(self, role: str) -> str:
+        return self.node_groups.needs(role)
+
     def drop_actors(self, names: Sequence[str]) -> None:
         for name in names:
             with contextlib.suppress(ValueError):  # already gone
