@@ -84,6 +84,12 @@ def _start_watcher() -> str:
     return marker
 
 
+def watching() -> bool:
+    """Whether this process's watcher runs: then nothing the marked Rays started outlives this
+    process, whether or not it shuts them down itself."""
+    return _watcher is not None and _watcher.poll() is None
+
+
 def marked_processes(marker: str) -> list[int]:
     """Pids of the processes carrying `marker` in their environment, zygotes left out."""
     needle = f"{MARKER_ENV}={marker}".encode()
