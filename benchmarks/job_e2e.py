@@ -1,13 +1,15 @@
-"""A 60-step reference job (0.1 s/step) with one crash at step 20: `dlu run` start to exit.
+"""A 60-step reference job (0.1 s/step) with one crash at step 20: `dlu run` start to exit,
+and `dlu run` start to the job's first training step.
 
-The real CLI runs as a subprocess, as a user would run it, so the figure includes everything
-a user waits for: the CLI's imports, the embedded Ray it starts, the job (node check on, one
-training process raising at step 20, recovered in place from the step-20 checkpoint) and the
-shutdown. Each run gets a fresh temporary folder for its spec (examples/elastic/job.yaml with
-the entrypoint changed), its checkpoints, its private Ray (`RAY_TMPDIR`), its `DLU_HOME` and
-its own zygote directory: every run starts cold, as a first `dlu run` on a machine does (the
-zygote `dlu run` starts outlives it by minutes). `--warm-zygote` shares one zygote between the
-runs instead, after an uncounted run that starts it: a `dlu run` soon after another.
+The real CLI runs as a subprocess, as a user would run it (quiet, its default; `--verbose` runs
+`dlu run --verbose`), so the figures include everything a user waits for: the CLI's imports,
+the embedded Ray it starts, the job (node check on, one training process raising at step 20,
+recovered in place from the step-20 checkpoint) and the shutdown. Each run gets a fresh
+temporary folder for its spec (examples/elastic/job.yaml with the entrypoint changed), its
+checkpoints, its private Ray (`RAY_TMPDIR`), its `DLU_HOME` and its own zygote directory:
+every run starts cold, as a first `dlu run` on a machine does (the zygote `dlu run` starts
+outlives it by minutes). `--warm-zygote` shares one zygote between the runs instead, after an
+uncounted run that starts it: a `dlu run` soon after another.
 
 DLU's own packages are byte-compiled first: they are installed editable, so neither
 `UV_COMPILE_BYTECODE` nor a first import (this machine sets PYTHONDONTWRITEBYTECODE=1) writes
@@ -16,11 +18,16 @@ imports them, seven processes per run); an installed DLU has its bytecode, as it
 
 A run counts only if `dlu run` exited 0, the crash happened (the training script's marker
 file), training finished (its final loss file) and the job recorded an in-place restart. The
-output lines are timestamped as they arrive, which gives each run's breakdown (worker output
-reaches the driver through Ray's log monitor, so those marks can be late by a few 100 ms).
+first step is the wall-clock time rank 0 wrote when its first step ended (train_lm.py's
+`--first-step-file`). The output lines are timestamped as they arrive, which gives each run's
+breakdown (rank 0's lines reach `dlu run` through its rank log file, polled every 0.2 s, or
+with `--verbose` through Ray's log monitor, so those marks can be late by a few 100 ms).
+`--trace` prints, per run, every process it started with its CPU time and the job's events
+on one timeline (benchmarks/e2e_trace.py).
 
 Prints one line per run, the breakdown's medians, then FIGURE lines (benchmarks/figures.py).
-Usage: `uv run python benchmarks/job_e2e.py [runs] [--warm-zygote]` (default 3 runs).
+Usage: `uv run python benchmarks/job_e2e.py [runs] [--warm-zygote] [--verbose] [--trace]`
+(default 3 runs).
 """
 
 from __future__ import annotations
@@ -62,8 +69,9 @@ MARKS: tuple[tuple[str, str], ...] = (
 # breakdown rows: (short name, label, from mark, to mark); "start" and "exit" are the process's
 # own, "first_step" the time rank 0's first step ended (train_lm.py's --first-step-file)
 PHASES: tuple[tuple[str, str, str, str], ...] = (
-    ("start", "CLI start + Ray start", "start", "ray_up"),
-    ("submit", "Ray up -> job submitted", "ray_up", "submitted"),
+    ("start", "CLI start + Ray start (--verbose only)", "start", "ray_up"),
+    ("submit", "Ray up -> job submitted (--verbose only)", "ray_up", "submitted"),
+    ("boot", "CLI start -> job submitted (imports, Ray, PrimeMaster)", "start", "submitted"),
     ("ready", "submitted -> RUNNING (actors, node check)", "submitted", "running"),
     ("first", "RUNNING -> first step (rendezvous, forks, process group, model)", "running", "first_step"),
     ("steps1", "first step -> crash recorded (first steps)", "first_step", "crashed"),
@@ -105,9 +113,20 @@ def write_spec(folder: Path, run: int) -> Path:
     return path
 
 
-def run_cli(spec: Path, folder: Path, zygotes: Path, trace: bool = False) -> Run:
-    """Run `dlu run --verbose SPEC` and stamp every output line with the time since the process
-    started; `trace`: also sample every process of the run and print where the time went."""
+@dataclass(frozen=True)
+class Mode:
+    """How the runs are made: `verbose` runs `dlu run --verbose` (Ray's log monitor forwards
+    worker output, as before this figure was measured quiet); `trace` prints each run's
+    processes, CPU and events (e2e_trace.py); `warm_zygote` shares one zygote."""
+
+    verbose: bool = False
+    trace: bool = False
+    warm_zygote: bool = False
+
+
+def run_cli(spec: Path, folder: Path, zygotes: Path, mode: Mode = Mode()) -> Run:
+    """Run `dlu run SPEC` as a user does and stamp every output line with the time since the
+    process started."""
     env = {
         **os.environ,
         "RAY_TMPDIR": str(folder / "ray"),
@@ -117,7 +136,7 @@ def run_cli(spec: Path, folder: Path, zygotes: Path, trace: bool = False) -> Run
     }
     (folder / "ray").mkdir()
     sampler = None
-    if trace:
+    if mode.trace:
         from e2e_trace import Sampler
 
         sampler = Sampler(str(folder))
@@ -125,7 +144,7 @@ def run_cli(spec: Path, folder: Path, zygotes: Path, trace: bool = False) -> Run
     t0_wall = time.time()
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [DLU, "run", "--verbose", str(spec)],  # the marks need Ray's and the script's output
+        [DLU, "run", *(["--verbose"] if mode.verbose else []), str(spec)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -213,14 +232,14 @@ def stop_zygotes(directory: Path) -> None:
     zygote.stop_all(directory)
 
 
-def one_run(run_index: int, shared_zygotes: Path | None, trace: bool = False) -> Run:
+def one_run(run_index: int, shared_zygotes: Path | None, mode: Mode = Mode()) -> Run:
     """One checked run in a fresh folder; its own cold zygote unless `shared_zygotes` is given."""
     folder = Path(tempfile.mkdtemp(prefix="dlu-e2e-", dir="/tmp"))
     zygotes = shared_zygotes or folder / "z"
     zygotes.mkdir(exist_ok=True)
     try:
         spec = write_spec(folder, run_index)
-        run = run_cli(spec, folder, zygotes, trace)
+        run = run_cli(spec, folder, zygotes, mode)
         if shared_zygotes is None:
             stop_zygotes(zygotes)
         left = end_leftovers(folder)
@@ -246,22 +265,22 @@ def report(index: int | str, run: Run) -> None:
     )
 
 
-def timed_runs(runs: int, warm_zygote: bool, trace: bool = False) -> list[Run]:
-    if not warm_zygote:
-        return [one_run(index, None, trace) for index in range(runs)]
+def timed_runs(runs: int, mode: Mode) -> list[Run]:
+    if not mode.warm_zygote:
+        return [one_run(index, None, mode) for index in range(runs)]
     shared = Path(tempfile.mkdtemp(prefix="dlu-e2e-z-", dir="/tmp"))
     try:
-        report("warm-up (not counted)", one_run(runs, shared))
-        return [one_run(index, shared, trace) for index in range(runs)]
+        report("warm-up (not counted)", one_run(runs, shared, mode))
+        return [one_run(index, shared, mode) for index in range(runs)]
     finally:
         stop_zygotes(shared)
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def main(runs: int = 3, warm_zygote: bool = False, trace: bool = False) -> None:
+def main(runs: int = 3, mode: Mode = Mode()) -> None:
     compile_workspace()
     done: list[Run] = []
-    for index, run in enumerate(timed_runs(runs, warm_zygote, trace)):
+    for index, run in enumerate(timed_runs(runs, mode)):
         report(index, run)
         done.append(run)
     total = statistics.median(r.seconds for r in done)
@@ -270,7 +289,7 @@ def main(runs: int = 3, warm_zygote: bool = False, trace: bool = False) -> None:
     for _, label, start, end in PHASES:
         values = [v for r in done if (v := r.phase(start, end)) is not None]
         print(f"  {fmt(statistics.median(values) if values else None)}  {label}")
-    zygote = "warm zygote" if warm_zygote else "cold zygote"
+    zygote = ("warm zygote" if mode.warm_zygote else "cold zygote") + (", --verbose" if mode.verbose else "")
     print(
         f"dlu run start -> exit, 60 steps, one crash, {zygote} (median of {runs}): {total:.2f} s "
         f"(budget {BUDGET_S:g} s); load average {os.getloadavg()[0]:.1f}"
@@ -305,5 +324,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--trace", action="store_true", help="print each run's processes, CPU and events (e2e_trace.py)"
     )
+    parser.add_argument("--verbose", action="store_true", help="run `dlu run --verbose`")
     args = parser.parse_args()
-    main(args.runs, args.warm_zygote, args.trace)
+    main(args.runs, Mode(verbose=args.verbose, trace=args.trace, warm_zygote=args.warm_zygote))
