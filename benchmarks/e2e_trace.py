@@ -39,13 +39,15 @@ class Seen:
 
     pid: int
     started: float  # wall clock (the kernel's start time; 10 ms resolution)
+    forked: bool = False  # forked by a zygote (a training process, a probe, a Ray worker)
     titles: list[tuple[float, str]] = field(default_factory=list[tuple[float, str]])
     cpu_s: float = 0.0
     last_seen: float = 0.0
 
     @property
     def kind(self) -> str:
-        return kind_of(self.titles[-1][1] if self.titles else "?")
+        kind = kind_of(self.titles[-1][1] if self.titles else "?")
+        return f"{kind} fork" if self.forked and kind == "zygote" else kind
 
 
 def kind_of(title: str) -> str:
@@ -71,14 +73,14 @@ def kind_of(title: str) -> str:
     return title.split()[0].rsplit("/", 1)[-1] if title.split() else "?"
 
 
-def _stat(pid: int) -> tuple[float, float] | None:
-    """(start wall time, CPU seconds) of `pid`, or None if it is gone."""
+def _stat(pid: int) -> tuple[float, float, int] | None:
+    """(start time after boot, CPU seconds, parent pid) of `pid`, or None if it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text.rsplit(")", 1)[1].split()
-    return float(fields[19]) / _TICK, (int(fields[11]) + int(fields[12])) / _TICK
+    return float(fields[19]) / _TICK, (int(fields[11]) + int(fields[12])) / _TICK, int(fields[1])
 
 
 def _cmdline(pid: int) -> str | None:
@@ -141,10 +143,12 @@ class Sampler:
                 stat = _stat(pid)
                 if stat is None:
                     continue
-                known = self.seen[pid] = Seen(pid, self.boot + stat[0])
+                parent = self.seen.get(stat[2])
+                forked = parent is not None and parent.kind == "zygote"
+                known = self.seen[pid] = Seen(pid, self.boot + stat[0], forked)
             stat = _stat(pid)
             title = _cmdline(pid)
-            if stat is None or title is None:
+            if stat is None or not title:  # gone, or a zombie (no command line)
                 continue
             known.cpu_s, known.last_seen = stat[1], now
             if not known.titles or known.titles[-1][1] != title:
