@@ -184,12 +184,17 @@ def job_events(record: Path) -> list[tuple[float, str]]:
 def report(
     sampler: Sampler, t0: float, marks: dict[str, float], events: list[tuple[float, str]]
 ) -> list[str]:
-    """The timeline (seconds after `t0`, the CLI's start) and the CPU per kind of process."""
+    """The timeline (seconds after `t0`, the CLI's start) and the CPU per kind of process.
+
+    Kernel start times count from the boot time, which /proc gives in whole seconds: they are
+    shifted so that the CLI's own start is 0."""
     lines: list[tuple[float, str]] = []
+    cli = [seen.started for seen in sampler.seen.values() if seen.kind == "cli"]
+    shift = (min(cli) - t0) if cli else 0.0
     for seen in sampler.seen.values():
         first = True
         for when, title in seen.titles:
-            at = seen.started if first else when
+            at = seen.started - shift if first else when
             lines.append((at - t0, f"pid {seen.pid} {'start' if first else 'now'} {kind_of(title)}"))
             first = False
         lines.append((seen.last_seen - t0, f"pid {seen.pid} last seen ({seen.kind}, {seen.cpu_s:.2f} s CPU)"))
