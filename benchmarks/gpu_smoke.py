@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from figures import figure
-from job_e2e import Run, end_leftovers, run_cli, stop_zygotes
+from job_e2e import Mode, Run, end_leftovers, run_cli, stop_zygotes
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = "benchmarks/gpu_smoke_train.py"
@@ -233,7 +233,7 @@ def main() -> int:
         (folder / sub).mkdir()
     spec = write_spec(folder, len(gpus))
     try:
-        run = run_cli(spec, folder, folder / "z")
+        run = run_cli(spec, folder, folder / "z", Mode(verbose=True))  # as before: Ray output too
     finally:
         stop_zygotes(folder / "z")
         end_leftovers(folder)

@@ -209,6 +209,11 @@ def main() -> None:
         help="record this process's pid in <dir>/<actor>.pids (fault injection; default $LM_PID_DIR)",
     )
     parser.add_argument("--stop-file", default=None, help="stop at the step this file names, if earlier")
+    parser.add_argument(
+        "--first-step-file",
+        default=None,
+        help="rank 0 writes the wall-clock time its job's first step ended here, once (benchmarks)",
+    )
     args = parser.parse_args()
     if args.pid_dir:
         record_pid(Path(args.pid_dir))
@@ -278,6 +283,8 @@ def main() -> None:
         dist.all_gather(losses, local_sum)
         loss_value = ordered_sum(losses).item() / args.global_batch
         heartbeat(step + 1, loss_value)
+        if rank == 0 and args.first_step_file and not os.path.exists(args.first_step_file):
+            Path(args.first_step_file).write_text(f"{time.time():.6f}\n")
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)
         dist.barrier()

@@ -74,12 +74,13 @@ class Box:
             **extra,
         }
 
-    def start(self, spec: Path) -> Run:
+    def start(self, spec: Path, *options: str) -> Run:
+        """`dlu run [OPTIONS] SPEC` in the background."""
         ray_tmpdir = self.new_dir("dlu-cli-")
         log = spec.with_suffix(f".{len(self.runs)}.log")
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [DLU, "run", str(spec)],
+                [DLU, "run", *options, str(spec)],
                 cwd=HERE,
                 env=self.env(ray_tmpdir),
                 stdout=out,

@@ -179,3 +179,18 @@ if __name__ == "__main__":  # run as `-m elastic_workloads args...`
         "module-argv.json",
         {"argv": sys.argv, "name": __name__, "rank": os.environ.get("RANK"), "cwd": os.getcwd()},
     )
+
+
+def finish_when_told() -> None:
+    """Join the process group, say so in ready-RANK.json, then return once OUT_DIR/go exists:
+    a job that ends well once the test has seen what runs."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    heartbeat(1, float(value.item()))
+    _write(f"ready-{dist.get_rank()}.json", {"pid": os.getpid()})
+    while not _out("go").exists():
+        time.sleep(0.05)
+    dist.barrier()

@@ -63,3 +63,26 @@ def test_a_method_ray_no_longer_has_is_left_alone(monkeypatch: pytest.MonkeyPatc
         assert not hasattr(Node, "start_monitor")
         assert Node.start_api_server is skip
     assert not hasattr(Node, "start_monitor")
+
+
+def test_the_log_monitor_is_left_out_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quiet `dlu run` forwards no worker output: Ray's log monitor, which only does that, is
+    not started; otherwise (and for a RayParams that names it) Ray's choice stands."""
+    from ray._private.parameter import RayParams
+
+    seen: list[Any] = []
+
+    def record(self: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
+        del self, args, kwargs
+        seen.append(ray_params.include_log_monitor)
+
+    monkeypatch.setattr(Node, "__init__", record)
+    monkeypatch.setattr(ray_private, "_checked", {})
+    with ray_private.lean_head(skip_api_server=True, worker_script=None, skip_log_monitor=True):
+        Node.__init__(object.__new__(Node), RayParams())
+        Node.__init__(object.__new__(Node), RayParams(include_log_monitor=True))
+    with ray_private.lean_head(skip_api_server=True, worker_script=None):
+        assert Node.__init__ is record
+        Node.__init__(object.__new__(Node), RayParams())
+    assert seen == [False, True, None]
+    assert Node.__init__ is record

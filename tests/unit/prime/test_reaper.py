@@ -113,3 +113,18 @@ def test_the_marker_is_only_set_while_marked() -> None:
     with reaper.marked():
         assert os.environ[reaper.MARKER_ENV] == marker  # one watcher per process
     assert reaper.marked_processes(marker) == []  # nothing started: nothing carries it
+
+
+def test_watching_says_whether_this_processs_watcher_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What lets `dlu run` exit without shutting its Ray down (LocalJobClient.close_at_exit)."""
+    from dlu_prime import reaper
+
+    with reaper.marked():
+        pass
+    assert reaper.watching()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setattr(reaper, "_watcher", gone)  # a watcher that died: nothing is watched
+    assert not reaper.watching()
+    monkeypatch.setattr(reaper, "_watcher", None)  # never started (no /proc)
+    assert not reaper.watching()

@@ -29,7 +29,7 @@ from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRun
 from dlu_api.rank_logs import HOME_SUBDIR, RankFile, select
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
-from dlu_prime import job_lock, launcher, preflight, ray_env, roles
+from dlu_prime import job_lock, launcher, preflight, ray_env, reaper, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
@@ -261,6 +261,18 @@ class LocalJobClient(JobClient):
                 continue  # removed meanwhile
             out.append(JobSummary(name=name, stage=status.stage, exit_code=status.exit_code, where="local"))
         return out
+
+    def close_at_exit(self) -> bool:
+        """Every job of this client has ended (its end recorded, its name given up): the embedded
+        Ray is left to end with this process, which may exit at once (True). Ray ties its GCS,
+        raylet and log monitor to this process, which the kernel ends with it, and the reaper's
+        watcher ends the rest (dlu_prime.reaper); `ray.shutdown()` would instead stop them one
+        after another, each given time to exit, while the user waits for the prompt. With a job
+        still running here, or no watcher: `close()` (False)."""
+        if self._specs or self._address is None or not reaper.watching():
+            self.close()
+            return False
+        return True
 
     def close(self) -> None:
         """Shut the embedded Ray down; a job still running here ends with it, recorded STOPPED."""

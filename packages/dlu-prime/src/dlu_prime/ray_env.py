@@ -32,7 +32,9 @@ def init_local(**overrides: Any) -> str:
     (even with `include_dashboard=False`: `ray.init` waits 1.5 to 4 s for its URL, and it binds
     port 8265 for nothing) and the autoscaler monitor (nothing to scale on one fixed node; it
     delays `ray.shutdown` by about 1 s), two Python processes importing Ray beside the job's
-    start. Its raylet starts workers through DLU's zygote (dlu_prime.ray_workers).
+    start; and, with `log_to_driver=False` (a quiet `dlu run`), the log monitor, a third, whose
+    one job is forwarding worker output to drivers. Its raylet starts workers through DLU's
+    zygote (dlu_prime.ray_workers).
     Every process of it ends when this process does, however this one ends (dlu_prime.reaper)."""
     import ray
 
@@ -49,6 +51,7 @@ def init_local(**overrides: Any) -> str:
         lean = ray_private.lean_head(
             skip_api_server=not options.get("include_dashboard"),
             worker_script=ray_workers.ENTRY_SCRIPT if ray_workers.enabled() else None,
+            skip_log_monitor=not options.get("log_to_driver"),  # it only forwards worker output
         )
         with pin_loopback(), lean, reaper.marked():  # what this Ray starts ends with this process
             ray.init(**options)

@@ -2,8 +2,9 @@
 
 Ray (2.60) has no public way to do what these do: keep a local node on 127.0.0.1 (`ray.init`
 rewrites `_node_ip_address="127.0.0.1"` to the host's interface address, and every Ray server
-then listens on all interfaces), leave the autoscaler monitor and the API server out of a local
-head (`ray.init` takes neither `no_monitor` nor a way to skip the API server), give the raylet
+then listens on all interfaces), leave the autoscaler monitor, the API server and (where no
+driver reads worker output) the log monitor out of a local head (`ray.init` takes neither
+`no_monitor` nor a way to skip the other two), give the raylet
 another worker script, remove a placement group by id, or read and write the GCS's key-value
 store, or find the node's log dir (where rank logs of a cluster job go). `SYMBOLS` names each symbol, the parameters DLU passes it, and what DLU does without it;
 `problem()` says what is wrong with one on the installed Ray (the unit tests call it for each),
@@ -58,6 +59,10 @@ SYMBOLS: dict[str, Private] = {
     "worker_path": Private(
         "ray._private.parameter", "RayParams.__init__", ("worker_path",),
         fallback="Ray's own worker script (no zygote)",
+    ),
+    "log_monitor": Private(
+        "ray._private.parameter", "RayParams.__init__", ("include_log_monitor",),
+        fallback="Ray starts its log monitor even where no driver reads worker output",
     ),
     "default_worker": Private(
         "ray._private.workers.default_worker", "", kind="module", fallback="Ray's own worker script (no zygote)"
@@ -226,18 +231,24 @@ def default_worker_script() -> str | None:
 
 
 @contextmanager
-def lean_head(*, skip_api_server: bool, worker_script: str | None) -> Iterator[None]:
+def lean_head(
+    *, skip_api_server: bool, worker_script: str | None, skip_log_monitor: bool = False
+) -> Iterator[None]:
     """While Ray starts a head in this process: no autoscaler monitor, no API server if
-    `skip_api_server`, and the raylet runs `worker_script` (if given) instead of Ray's worker
-    script, which is then in the environment under DEFAULT_WORKER_ENV. Each part that Ray no
-    longer supports is left out, alone; everything is restored afterwards."""
+    `skip_api_server`, no log monitor if `skip_log_monitor` (it only forwards worker output to
+    drivers), and the raylet runs `worker_script` (if given) instead of Ray's worker script,
+    which is then in the environment under DEFAULT_WORKER_ENV. Each part that Ray no longer
+    supports is left out, alone; everything is restored afterwards."""
     ray_script = default_worker_script() if worker_script else None
     use_script = bool(ray_script) and available("worker_path") and available("default_worker")
+    no_log_monitor = skip_log_monitor and available("log_monitor")
 
-    def with_worker_script(original: Callable[..., None]) -> Callable[..., None]:
+    def with_params(original: Callable[..., None]) -> Callable[..., None]:
         def init(self: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
-            if getattr(ray_params, "worker_path", "unset") is None:  # None: Ray's default script
+            if use_script and getattr(ray_params, "worker_path", "unset") is None:  # None: Ray's own
                 ray_params.worker_path = worker_script
+            if no_log_monitor and getattr(ray_params, "include_log_monitor", "unset") is None:
+                ray_params.include_log_monitor = False
             original(self, ray_params, *args, **kwargs)
 
         return init
@@ -247,7 +258,8 @@ def lean_head(*, skip_api_server: bool, worker_script: str | None) -> Iterator[N
         stack.enter_context(_patched("start_monitor", lambda _: _skip_process))
         if skip_api_server:
             stack.enter_context(_patched("start_api_server", lambda _: _skip_process))
-        if use_script and ray_script and stack.enter_context(_patched("node_init", with_worker_script)):
+        patched = (use_script or no_log_monitor) and stack.enter_context(_patched("node_init", with_params))
+        if patched and use_script and ray_script:
             os.environ[DEFAULT_WORKER_ENV] = ray_script
         try:
             yield

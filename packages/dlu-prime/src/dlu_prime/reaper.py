@@ -22,7 +22,9 @@ depending on where the marker fell); SPT_NOENV=1 makes it keep to the arguments'
 set alongside the marker.
 
 Both are set only while `ray.init` runs, so processes the starter creates later for itself do
-not carry them. Linux only (it reads /proc); elsewhere nothing is watched.
+not carry them. Linux only (it reads /proc); elsewhere nothing is watched. Because of it, `dlu
+run` exits once its job's end is recorded without shutting its Ray down first (`watching()`,
+`LocalJobClient.close_at_exit`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def _start_watcher() -> str:
     )
     _marker = marker
     return marker
+
+
+def watching() -> bool:
+    """Whether this process's watcher runs: then nothing the marked Rays started outlives this
+    process, whether or not it shuts them down itself."""
+    return _watcher is not None and _watcher.poll() is None
 
 
 def marked_processes(marker: str) -> list[int]:

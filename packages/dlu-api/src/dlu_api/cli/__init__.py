@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -188,6 +191,7 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
     when interrupted)."""
     console = job_console(_echo)
     tee = RankTee(client, spec, _echo)
+    ended, exit_now = False, False
 
     def on_update(status: JobStatus) -> None:
         tee.see(status)
@@ -207,10 +211,28 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
             tee.stop()  # what the ranks printed last, before the final status
             console.stop()  # the terminal back, whatever happened
         console.close(final)
+        ended = True
     finally:
         with interrupts.shielded(f"dlu: shutting down, a moment (`kill -9 {os.getpid()}` ends it now)"):
-            client.close()
+            if ended:
+                exit_now = client.close_at_exit()
+            else:
+                client.close()
+    if exit_now:
+        _exit_at_once(code)
     raise typer.Exit(code)
+
+
+def _exit_at_once(code: int) -> NoReturn:
+    """End this process now, with `code`, once what it printed is out: the job has ended and its
+    end is recorded, and what the client still held ends with the process (`close_at_exit`).
+    The interpreter's own teardown is skipped: its exit hooks (Ray's would shut the embedded Ray
+    down process by process) and the last garbage collection."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to show
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _follow(client: JobClient, job: str, printer: Callable[[JobStatus], None]) -> tuple[JobStatus, int]:

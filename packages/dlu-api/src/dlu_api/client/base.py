@@ -174,6 +174,16 @@ class JobClient(ABC):
         """Release what the client holds (an embedded Ray, connections). Safe to call twice."""
         return None
 
+    def close_at_exit(self) -> bool:
+        """Close as this process is about to end (`dlu run` once its job has ended).
+
+        Returns whether the process may end at once, skipping its own teardown: True only where
+        what the client still holds ends with the process anyway and nothing is lost by not
+        waiting for it (the local client's embedded Ray); the default closes and says False.
+        """
+        self.close()
+        return False
+
     def run(self, spec: JobSpec, on_update: StatusCallback | None = None) -> JobStatus:
         """Submit and wait."""
         return self.wait(self.submit(spec), on_update)
