@@ -22,7 +22,7 @@ from figures import compile_workspace, figure
 from reference import ROOT, reference_spec, status, wait
 
 # DESIGN section 9; the SubMaster tier has no budget there (reported, not judged).
-BUDGETS: dict[str, float | None] = {"in_place": 1.5, "role": 4.0, "sub_master": None, "master": 3.0}
+BUDGETS: dict[str, float | None] = {"in_place": 0.25, "role": 2.0, "sub_master": None, "master": 1.0}
 
 
 def spec(ckpt: Path, crash_at: int) -> Any:

@@ -15,6 +15,8 @@ a thousand agents cost a thousand pending calls, not a thousand threads, and one
 usually does the whole rendezvous (measured in benchmarks/rendezvous_scale.py: every gRPC call
 costs this machine about half a millisecond of server CPU whatever it does, so the number of
 calls is the figure). Rendezvous calls run on the loop (they take a lock for microseconds).
+A heartbeat can be held the same way until the master decides (a new round, or a stop): an
+agent whose process failed hears the restart the moment it is decided, not at its next beat.
 
 The servicer (validation, the master's hooks) is `dlu_elastic.rendezvous.servicer`; held calls
 wait on `dlu_elastic.rendezvous.round_watch.RoundWatch`. The ElasticMaster plugs its logic in
@@ -46,6 +48,7 @@ from dlu_elastic.rendezvous.servicer import (
     FailureHook,
     HeartbeatHook,
     NodeCheckHook,
+    PendingActionHook,
     rendezvous_state,
 )
 from dlu_elastic.rendezvous.state import AgentView, InvalidRequestError, RendezvousStateError
@@ -57,6 +60,7 @@ __all__ = [  # the servicer's names are re-exported: callers import them from he
     "FailureHook",
     "HeartbeatHook",
     "NodeCheckHook",
+    "PendingActionHook",
     "RunningServer",
     "rendezvous_state",
     "serve",
@@ -121,7 +125,7 @@ class _Server:
             "JoinRendezvous": (self._join, pb.JoinRequest, pb.JoinResponse),
             "GetRendezvous": (self._get, pb.GetRendezvousRequest, pb.RendezvousState),
             "ReportNodeCheck": (self._in_pool(self.servicer.report_node_check), pb.NodeCheckReport, pb.Ack),
-            "Heartbeat": (self._in_pool(self.servicer.heartbeat), pb.HeartbeatRequest, pb.HeartbeatResponse),
+            "Heartbeat": (self._heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
             "ReportFailure": (self._in_pool(self.servicer.report_failure), pb.FailureReport, pb.Ack),
         }
         return grpc.method_handlers_generic_handler(
@@ -178,6 +182,18 @@ class _Server:
             view = await self.watch.until(settled, wait) or self.servicer.view(request)
         return rendezvous_state(view)
 
+    async def _heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatResponse:
+        """The master's hook runs once, on a worker thread; a held beat (`wait_s`) then waits on
+        the loop for a decision: a new round (refused as stale) or the master's pending action."""
+        response = await self._loop.run_in_executor(self._pool, self.servicer.heartbeat, request)
+        wait = self._hold_s(request.wait_s, context)
+        if response.action != pb.ACTION_NONE or wait <= 0:
+            return response
+        decided = await self.watch.until(lambda: self.servicer.decision(request), wait)
+        return response if decided is None else decided
+
     def _guard(self, method: str, handler: _Handler) -> _Handler:
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, _Undecodable):
@@ -228,6 +244,12 @@ class RunningServer:
     def address(self) -> str:
         """`host:port` for clients (IPv6 hosts in brackets)."""
         return _target(self.host, self.port)
+
+    def wake_held(self) -> None:
+        """Have held calls look again now (the master decided something the rendezvous does not
+        show, such as a stop). Any thread."""
+        if self.watch is not None:
+            self.watch.wake()
 
     @property
     def serving(self) -> bool:
