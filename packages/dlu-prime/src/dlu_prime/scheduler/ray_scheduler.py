@@ -52,6 +52,8 @@ POLL_TIMEOUT_S = 10.0
 # soon Ray rebuilt the actor; the second call reaches the new process (measured: the role tier
 # waited 0.3 to 1 s here for the PrimeMaster's poll of the killed rank).
 RESEND_AFTER_S = 0.25
+# How often a poll waiting on unanswered calls looks for news of a rebuilt actor (`renewed`).
+_RENEWAL_CHECK_S = 0.05
 
 
 class RayScheduler(Scheduler):
@@ -78,6 +80,7 @@ class RayScheduler(Scheduler):
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
         self._gpu_ids: dict[str, list[str]] = {}
         self._extra_groups: dict[str, GroupPlan] = {}  # groups of actors a resize added
+        self._renewed: set[str] = set()  # actors whose new incarnation said so during a poll
         self._sub_master_roles = {
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
@@ -210,6 +213,7 @@ class RayScheduler(Scheduler):
         is asked again (see there) and the first answer of the two counts."""
         calls: dict[str, list[Any]] = {}
         out: dict[str, ActorObservation] = {}
+        self._renewed.difference_update(names)  # calls sent from now on reach the new incarnation
         for name in names:
             try:
                 calls[name] = [self.handle(name).status.remote()]
@@ -228,12 +232,25 @@ class RayScheduler(Scheduler):
             out[name] = self._observe(name, refs, deadline)
         return out
 
+    def renewed(self, name: str) -> None:
+        """A rebuilt actor reported its new incarnation (any thread): a poll waiting on calls
+        sent to the old one asks the new one at once (Ray fails the old calls only later)."""
+        self._renewed.add(name)
+
     def _observe(self, name: str, refs: list[Any], deadline: float) -> ActorObservation:
         """The first answer among `refs` (status calls to one actor) by `deadline`; an actor
         being rebuilt answers the resent call, so a failed first call waits for the other."""
         pending = list(refs)
         while True:
-            ready, _ = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            remaining = max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(pending, num_returns=1, timeout=min(remaining, _RENEWAL_CHECK_S))
+            if not ready and name in self._renewed:
+                self._renewed.discard(name)
+                with contextlib.suppress(ValueError):
+                    pending.append(self.handle(name).status.remote())
+                continue
+            if not ready and remaining > _RENEWAL_CHECK_S:
+                continue
             if not ready:
                 return ActorObservation.gone(f"actor {name} did not answer in {POLL_TIMEOUT_S:g} s")
             pending.remove(ready[0])
