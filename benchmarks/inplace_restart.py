@@ -114,7 +114,7 @@ def main(runs: int = 5) -> None:
         "inplace_launch_ready",
         statistics.median(done),
         "s",
-        label=f"in-place: {RANKS} ranks forked, gloo init + allreduce (part of the 1.5 s in-place tier)",
+        label=f"in-place: {RANKS} ranks forked, gloo init + allreduce (part of the 0.25 s in-place tier)",
     )
 
 

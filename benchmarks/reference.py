@@ -47,6 +47,27 @@ def status(job: str) -> Any:
         return None
 
 
+def fresh_status(job: str, within_s: float = 0.25) -> Any:
+    """The job's status from a call sent now, or None when it is not answered within `within_s`.
+
+    For timing a PrimeMaster's restart: a call that was on its way to the killed process is
+    failed (or retried) by Ray only after it waited 1 to 2 s for news of the death, however soon
+    the new PrimeMaster answers, so a benchmark blocked in it times Ray's wait, not the restart.
+    Asking again with a new call every time measures when the new PrimeMaster answers."""
+    import ray
+
+    from dlu_api.status import JobStatus
+    from dlu_prime import launcher
+
+    try:
+        master = launcher.get_master(job)
+        if master is None:
+            return None
+        return JobStatus.model_validate(ray.get(master.status.remote(50), timeout=within_s))
+    except Exception:
+        return None
+
+
 def wait(
     what: str, check: Any, timeout_s: float = 300.0, every: float = 0.02, clock: Any = time.monotonic
 ) -> float:

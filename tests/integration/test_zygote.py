@@ -176,6 +176,27 @@ def test_ranks_starting_together_get_children_forked_ahead(zygote_dir: Path, tmp
 
 
 @pytest.mark.timeout(120)
+def test_children_are_forked_ahead_only_once_a_burst_is_over(
+    zygote_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork right after a restart's burst would delay the zygote's next answers (and exit
+    reports) and take CPU from the new processes: the pool waits for the requests to stop."""
+    monkeypatch.setenv(zygote.REFILL_QUIET_ENV, "8")
+    launcher = TrainingLauncher(preload=LIGHT)
+    launcher.warm_up()
+    path = zygote.socket_path(launcher.preload)
+
+    def spares() -> list[int]:
+        return list(zygote.request(path, {"op": "ping"}, 10.0)["spares"])
+
+    assert _wait(lambda: len(spares()) >= 1)  # the first one comes at once
+    burst = [_describe(launcher, tmp_path) for _ in range(2)]
+    assert len({seen["pid"] for seen in burst}) == 2
+    assert spares() == [], "forked ahead while the burst had just ended"
+    assert _wait(lambda: len(spares()) >= 2, timeout_s=40.0), "the pool was not refilled after the burst"
+
+
+@pytest.mark.timeout(120)
 def test_every_child_of_a_killed_zygote_is_reported_whether_forked_ahead_or_not(
     zygote_dir: Path, tmp_path: Path
 ) -> None:

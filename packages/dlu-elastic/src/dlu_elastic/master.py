@@ -66,7 +66,10 @@ class ElasticMaster(SubMaster):
         self._metrics_refreshed = 0.0
         self._members: list[int] | None = None  # ranks of the role now, once a resize said so
         servicer = ElasticServicer(
-            self.rendezvous, on_heartbeat=self._on_heartbeat, on_failure=self._on_failure
+            self.rendezvous,
+            on_heartbeat=self._on_heartbeat,
+            on_failure=self._on_failure,
+            pending_action=self._pending_action,
         )
         import ray
 
@@ -293,6 +296,10 @@ class ElasticMaster(SubMaster):
             self._metrics.refresh()
         return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
 
+    def _pending_action(self) -> int:
+        """What a held heartbeat is told once it is: stop (the restart limit was reached)."""
+        return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
+
     def _on_failure(self, report: pb.FailureReport) -> None:
         """A training process failed: restart every rank in place (tier 1), once per round
         (dedup), blamed on the rank whose own error it is (`blame`). The PrimeMaster judges and
@@ -327,6 +334,7 @@ class ElasticMaster(SubMaster):
             decision = self._note_inplace_restart(message, report.agent, report.error)
             if decision.verdict is InPlaceVerdict.STOP:
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
+                self.server.wake_held()  # the ranks waiting for this decision hear it now
                 return
             if decision.verdict is InPlaceVerdict.JOIN:
                 self._joined_round = report.round

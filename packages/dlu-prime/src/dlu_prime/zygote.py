@@ -56,6 +56,12 @@ DEFAULT_IDLE_S = 300.0
 _HEADER = struct.Struct("!I")
 _MAX_FDS = 8
 MAX_SPARES = 16  # children forked ahead, at most (one per rank a node starts at once)
+# Children are forked ahead only once no fork was asked for this long: a fork of a process with
+# torch loaded took 15 to 300 ms here, and refilling right after a restart's burst made the
+# zygote hand out the burst's later processes, and report its exits, that much late, besides
+# taking CPU from the new processes' start (traced: 0.3 s of an in-place restart under load).
+REFILL_QUIET_ENV = "DLU_ZYGOTE_REFILL_QUIET_S"
+DEFAULT_REFILL_QUIET_S = 1.0
 _MAX_MESSAGE = 64 << 20
 _UNIX_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
 # Packages whose sources the zygote may have preloaded: a change there means a new zygote.

@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dlu_prime.zygote import DEFAULT_IDLE_S, MAX_SPARES, recv_message, send_message
+from dlu_prime.zygote import (
+    DEFAULT_IDLE_S,
+    DEFAULT_REFILL_QUIET_S,
+    MAX_SPARES,
+    REFILL_QUIET_ENV,
+    recv_message,
+    send_message,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +43,24 @@ class _Zygote:
     It keeps spare children forked ahead (as many as the largest burst of requests seen, up to
     MAX_SPARES): a fork of a process with torch loaded takes 25-130 ms here, so the ranks of a
     node starting together would otherwise wait for each other's forks. A spare blocks on its
-    end of a socketpair until a request (with the client's descriptors) is handed to it.
+    end of a socketpair until a request (with the client's descriptors) is handed to it. Spares
+    are refilled once no fork was asked for `refill_quiet_s` (see zygote.DEFAULT_REFILL_QUIET_S).
     """
 
-    def __init__(self, listener: socket.socket, preloaded: list[str], failed: dict[str, str], idle_s: float):
+    def __init__(
+        self,
+        listener: socket.socket,
+        preloaded: list[str],
+        failed: dict[str, str],
+        idle_s: float,
+        refill_quiet_s: float = DEFAULT_REFILL_QUIET_S,
+    ):
         self.listener = listener
         self.preloaded = preloaded
         self.failed = failed
         self.idle_s = idle_s
+        self.refill_quiet_s = refill_quiet_s
+        self.last_fork_request = float("-inf")
         self.children: dict[int, socket.socket | None] = {}  # running: pid -> its client
         self.spares: dict[int, socket.socket] = {}  # forked ahead: pid -> the zygote's end
         self.wanted_spares = 1
@@ -61,10 +78,12 @@ class _Zygote:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
         try:
             while True:
-                # Requests come before refills: a spare is forked only when nothing waits.
+                # Requests come before refills: a spare is forked only when nothing waits, and
+                # only once a burst of requests is over (its processes are starting).
                 short = len(self.spares) < self.wanted_spares
-                ready = self.selector.select(timeout=0 if short else 1.0)
-                if short and not ready:
+                quiet_in = self.last_fork_request + self.refill_quiet_s - time.monotonic()
+                ready = self.selector.select(timeout=(max(0.0, quiet_in) if short else 1.0))
+                if short and not ready and quiet_in <= 0:
                     self._fork_child()
                     continue
                 for key, _ in ready:
@@ -123,6 +142,7 @@ class _Zygote:
 
     def _start(self, conn: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
         now = time.monotonic()
+        self.last_fork_request = now
         self.burst = [t for t in self.burst if now - t < 2.0] + [now]
         self.wanted_spares = min(MAX_SPARES, max(self.wanted_spares, len(self.burst)))
         job = {"target": message["target"], "args": tuple(message.get("args", ()))}
@@ -279,8 +299,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"; failed: {failed}" if failed else "",
     )
     listener.setblocking(False)
+    refill_quiet_s = float(os.environ.get(REFILL_QUIET_ENV) or DEFAULT_REFILL_QUIET_S)
     try:
-        _Zygote(listener, preloaded, failed, args.idle_s).serve()
+        _Zygote(listener, preloaded, failed, args.idle_s, refill_quiet_s).serve()
     finally:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == inode:  # not a successor's socket

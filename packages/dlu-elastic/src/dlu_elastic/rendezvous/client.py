@@ -228,9 +228,12 @@ class ElasticClient:
         step: int,
         metric: float | None = None,
         timestamp: float | None = None,
+        wait_s: float = 0.0,
         timeout_s: float | None = None,
     ) -> pb.Action:
-        """Send progress; returns what the master wants (ACTION_NONE, ACTION_RESTART, ACTION_STOP)."""
+        """Send progress; returns what the master wants (ACTION_NONE, ACTION_RESTART, ACTION_STOP).
+        With `wait_s` the master holds the call until it decides something (a new round comes
+        as FAILED_PRECONDITION); the call's deadline is `timeout_s` plus `wait_s`."""
         request = pb.HeartbeatRequest(
             job_token=self._token,
             round=round,
@@ -239,8 +242,9 @@ class ElasticClient:
             has_metric=metric is not None,
             metric=0.0 if metric is None else metric,
             timestamp=time.time() if timestamp is None else timestamp,
+            wait_s=wait_s,
         )
-        return self._call("Heartbeat", self._stub.Heartbeat, request, timeout_s).action
+        return self._call("Heartbeat", self._stub.Heartbeat, request, self._held(timeout_s, wait_s)).action
 
     def report_failure(
         self,

@@ -43,6 +43,10 @@ class RoundWatch:
         """How many calls are held now (read from any thread: tests and debugging)."""
         return self._held
 
+    def wake(self) -> None:
+        """Have every held call check again (something besides the rounds changed). Any thread."""
+        self._notify()
+
     def _notify(self) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is held
             self._loop.call_soon_threadsafe(self._fire)

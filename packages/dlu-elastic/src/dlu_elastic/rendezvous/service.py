@@ -16,6 +16,8 @@ usually does the whole rendezvous (measured in benchmarks/rendezvous_scale.py: e
 costs this 2-core machine 0.12 to 0.2 ms of server CPU, nearly all of it in gRPC's own layer, so
 the number of calls is the figure). Rendezvous calls run on the loop (they take a lock for
 microseconds); a held call costs one future in a deadline slot (`RoundWatch`).
+A heartbeat can be held the same way until the master decides (a new round, or a stop): an
+agent whose process failed hears the restart the moment it is decided, not at its next beat.
 
 The servicer (validation, the master's hooks) is `dlu_elastic.rendezvous.servicer`; held calls
 wait on `dlu_elastic.rendezvous.round_watch.RoundWatch`. The ElasticMaster plugs its logic in
@@ -47,6 +49,7 @@ from dlu_elastic.rendezvous.servicer import (
     FailureHook,
     HeartbeatHook,
     NodeCheckHook,
+    PendingActionHook,
     fill_state,
     rendezvous_state,
 )
@@ -59,6 +62,7 @@ __all__ = [  # the servicer's names are re-exported: callers import them from he
     "FailureHook",
     "HeartbeatHook",
     "NodeCheckHook",
+    "PendingActionHook",
     "RunningServer",
     "rendezvous_state",
     "serve",
@@ -123,7 +127,7 @@ class _Server:
             "JoinRendezvous": (self._join, pb.JoinRequest, pb.JoinResponse),
             "GetRendezvous": (self._get, pb.GetRendezvousRequest, pb.RendezvousState),
             "ReportNodeCheck": (self._in_pool(self.servicer.report_node_check), pb.NodeCheckReport, pb.Ack),
-            "Heartbeat": (self._in_pool(self.servicer.heartbeat), pb.HeartbeatRequest, pb.HeartbeatResponse),
+            "Heartbeat": (self._heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
             "ReportFailure": (self._in_pool(self.servicer.report_failure), pb.FailureReport, pb.Ack),
         }
         return grpc.method_handlers_generic_handler(
@@ -179,6 +183,18 @@ class _Server:
             view = await self.watch.until(settled, wait) or self.servicer.view(request)
         return rendezvous_state(view)
 
+    async def _heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatResponse:
+        """The master's hook runs once, on a worker thread; a held beat (`wait_s`) then waits on
+        the loop for a decision: a new round (refused as stale) or the master's pending action."""
+        response = await self._loop.run_in_executor(self._pool, self.servicer.heartbeat, request)
+        wait = self._hold_s(request.wait_s, context)
+        if response.action != pb.ACTION_NONE or wait <= 0:
+            return response
+        decided = await self.watch.until(lambda: self.servicer.decision(request), wait)
+        return response if decided is None else decided
+
     def _guard(self, method: str, handler: _Handler) -> _Handler:
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, _Undecodable):
@@ -229,6 +245,12 @@ class RunningServer:
     def address(self) -> str:
         """`host:port` for clients (IPv6 hosts in brackets)."""
         return _target(self.host, self.port)
+
+    def wake_held(self) -> None:
+        """Have held calls look again now (the master decided something the rendezvous does not
+        show, such as a stop). Any thread."""
+        if self.watch is not None:
+            self.watch.wake()
 
     @property
     def serving(self) -> bool:

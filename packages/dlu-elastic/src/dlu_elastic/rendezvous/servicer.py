@@ -2,7 +2,8 @@
 the master's hooks (`on_node_check`, `on_heartbeat`, `on_failure`).
 
 The gRPC server around it (authentication, refusals, held calls) is
-`dlu_elastic.rendezvous.service`, which re-exports these names.
+`dlu_elastic.rendezvous.service`, which re-exports these names. A held heartbeat (`wait_s`) asks
+`pending_action` whether the master has decided something, without recording another beat.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dlu_elastic.rendezvous.state import (
 NodeCheckHook = Callable[[pb.NodeCheckReport], None]
 HeartbeatHook = Callable[[pb.HeartbeatRequest], "pb.Action | int"]
 FailureHook = Callable[[pb.FailureReport], None]
+PendingActionHook = Callable[[], "pb.Action | int"]
 
 _ACTIONS = frozenset(pb.Action.values())
 _MAX_ERROR_LENGTH = 64 * 1024  # error texts are tracebacks; more is a runaway log, not a report
@@ -39,11 +41,13 @@ class ElasticServicer:
         on_node_check: NodeCheckHook | None = None,
         on_heartbeat: HeartbeatHook | None = None,
         on_failure: FailureHook | None = None,
+        pending_action: PendingActionHook | None = None,
     ) -> None:
         self.rendezvous = rendezvous
         self._on_node_check = on_node_check
         self._on_heartbeat = on_heartbeat
         self._on_failure = on_failure
+        self._pending_action = pending_action
 
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         _check_wait(request.wait_s)
@@ -89,12 +93,18 @@ class ElasticServicer:
             raise InvalidRequestError(
                 f"timestamp must be finite seconds since the epoch, got {request.timestamp}"
             )
+        _check_wait(request.wait_s)
         # A NaN or infinite metric is legitimate: a diverging loss is exactly what the master wants to see.
         self.rendezvous.require_member(request.agent_id, request.round)
         action = pb.ACTION_NONE if self._on_heartbeat is None else self._on_heartbeat(request)
-        if action not in _ACTIONS:
-            raise RuntimeError(f"on_heartbeat returned {action!r}, not an elastic.v1.Action")
-        return pb.HeartbeatResponse(action=cast("pb.Action", action))
+        return _response("on_heartbeat", action)
+
+    def decision(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse | None:
+        """For a held heartbeat: the master's answer once it has one, None while it has nothing
+        to say. Raises StaleRoundError once the agent's round is superseded (a restart)."""
+        self.rendezvous.require_member(request.agent_id, request.round)
+        action = pb.ACTION_NONE if self._pending_action is None else self._pending_action()
+        return None if action == pb.ACTION_NONE else _response("pending_action", action)
 
     def report_failure(self, request: pb.FailureReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)
@@ -130,6 +140,12 @@ def fill_state(state: pb.RendezvousState, view: AgentView) -> None:
         state.master_port = assignment.master_port
         state.group_rank = placement.group_rank
         state.rank_offset = placement.rank_offset
+
+
+def _response(hook: str, action: pb.Action | int) -> pb.HeartbeatResponse:
+    if action not in _ACTIONS:
+        raise RuntimeError(f"{hook} returned {action!r}, not an elastic.v1.Action")
+    return pb.HeartbeatResponse(action=cast("pb.Action", action))
 
 
 def _check_error_text(error: str) -> None:

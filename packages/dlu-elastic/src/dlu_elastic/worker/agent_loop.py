@@ -44,7 +44,10 @@ def heartbeat_interval(world_size: int) -> float:
     return max(MIN_HEARTBEAT_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
 
 
-POLL_INTERVAL_S = 0.02
+POLL_INTERVAL_S = 0.02  # the agent loop's tick; a process's exit wakes it at once
+# After a failure report the agent's beat is held by the master until it decides (a new round,
+# or a stop), so the restart is not left waiting for the agent's next beat; asked again after this.
+DECISION_HOLD_S = 1.0
 # Codes a call gets when the ElasticMaster died or was replaced (new address or token).
 MASTER_GONE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
@@ -96,6 +99,7 @@ class ElasticAgentLoop(WorkerActor):
         A process that goes silent or hangs (see `ProcessWatch`) is killed here and reported as
         this rank's failure, like a crash."""
         last_beat = 0.0
+        first_beat = True
         interval = heartbeat_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
         watch = ProcessWatch(
             self._health.heartbeat_timeout_s,
@@ -109,6 +113,10 @@ class ElasticAgentLoop(WorkerActor):
                     self.health.relay(event.step, event.metric)
                     watch.beat(event.step, now)
                     self._script_beats = True
+                    if first_beat:  # training (again): the masters hear of it now, not at their next look
+                        first_beat = False
+                        last_beat = 0.0
+                        self._wake_master()
                 elif event.kind is EventKind.ERROR_REPORT and event.message:
                     self.health.report(event.message)
             code = process.poll()
@@ -153,7 +161,7 @@ class ElasticAgentLoop(WorkerActor):
             if self._stop.is_set():
                 process.terminate(2.0)
                 return Result(Outcome.FAILED, "stopped")
-            time.sleep(POLL_INTERVAL_S)
+            process.wait(POLL_INTERVAL_S)  # an exit ends the wait: detection is not polled
 
     def _finished(self, round_: int, interval: float) -> Result | None:
         """This rank's process exited 0: show FINISH but stay in the round until training ends,
@@ -188,7 +196,8 @@ class ElasticAgentLoop(WorkerActor):
             time.sleep(interval)
         return success
 
-    def _beat(self, round_: int) -> str:
+    def _beat(self, round_: int, wait_s: float = 0.0) -> str:
+        """One heartbeat; with `wait_s` the master holds it until it decides (see the proto)."""
         snapshot = self.health.snapshot()
         try:
             action = self._client.heartbeat(
@@ -196,13 +205,15 @@ class ElasticAgentLoop(WorkerActor):
                 agent_id=self.info.actor_name,
                 step=int(snapshot["step"]),
                 metric=snapshot["metric"],
+                wait_s=wait_s,
                 timeout_s=HEARTBEAT_TIMEOUT_S,
             )
         except RendezvousError as exc:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 return "restart"  # the master opened a new round
-            if exc.code in MASTER_GONE:
-                return "restart" if self._master_moved() else "none"  # a blip: training goes on
+            if exc.code in MASTER_GONE or (wait_s > 0 and exc.code == grpc.StatusCode.CANCELLED):
+                # a blip, or a held beat ended by the master's shutdown: training goes on until told
+                return "restart" if self._master_moved() else "none"
             raise
         if action == pb.ACTION_RESTART:
             return "restart"
@@ -211,11 +222,14 @@ class ElasticAgentLoop(WorkerActor):
         return "none"
 
     def _wait_for_decision(self, round_: int, interval: float) -> str:
-        """After our process failed: the master either restarts every rank or stops."""
+        """After our process failed: the master either restarts every rank or stops. Held beats
+        bring the decision the moment it is made; a master that answers at once (an older one)
+        is asked again every `interval`."""
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not self._stop.is_set():
-            action = self._beat(round_)
+            asked = time.monotonic()
+            action = self._beat(round_, wait_s=DECISION_HOLD_S)
             if action != "none":
                 return action
-            time.sleep(interval)
+            time.sleep(max(0.0, interval - (time.monotonic() - asked)))
         return "stop"

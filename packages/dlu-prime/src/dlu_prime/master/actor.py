@@ -142,6 +142,7 @@ class PrimeMaster:
         """The seed's RESTARTED report from a reconstructed actor: judge it now (the monitoring
         pass decides, so a report and a poll of one restart cause one recovery)."""
         logger.info("job %s: %s reports it was restarted (node %s)", self.spec.name, actor, node_id)
+        self.scheduler.renewed(actor)  # a poll stuck on the old process asks the new one
         self.manager.wake()
 
     def wake(self) -> None:

@@ -47,6 +47,13 @@ from dlu_prime.scheduler.ray_queries import dead_nodes, requeue_shards
 logger = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 10.0
+# A status call not answered this soon is sent again. A call that was on its way to an actor
+# process that died is failed by Ray only after waiting 1 to 2 s for news of the death, however
+# soon Ray rebuilt the actor; the second call reaches the new process (measured: the role tier
+# waited 0.3 to 1 s here for the PrimeMaster's poll of the killed rank).
+RESEND_AFTER_S = 0.25
+# How often a poll waiting on unanswered calls looks for news of a rebuilt actor (`renewed`).
+_RENEWAL_CHECK_S = 0.05
 
 
 class RayScheduler(Scheduler):
@@ -73,6 +80,7 @@ class RayScheduler(Scheduler):
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
         self._gpu_ids: dict[str, list[str]] = {}
         self._extra_groups: dict[str, GroupPlan] = {}  # groups of actors a resize added
+        self._renewed: set[str] = set()  # actors whose new incarnation said so during a poll
         self._sub_master_roles = {
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
@@ -201,24 +209,62 @@ class RayScheduler(Scheduler):
             raise ActorSetupError(name, error_text(exc)) from None
 
     def poll(self, names: Sequence[str]) -> dict[str, ActorObservation]:
-        refs: dict[str, Any] = {}
+        """Every actor's status, asked of all at once; one not answered within `RESEND_AFTER_S`
+        is asked again (see there) and the first answer of the two counts."""
+        calls: dict[str, list[Any]] = {}
         out: dict[str, ActorObservation] = {}
+        self._renewed.difference_update(names)  # calls sent from now on reach the new incarnation
         for name in names:
             try:
-                refs[name] = self.handle(name).status.remote()
+                calls[name] = [self.handle(name).status.remote()]
             except ValueError:
                 out[name] = ActorObservation.gone(f"actor {name} no longer exists")
-        for name, ref in refs.items():
+        deadline = time.monotonic() + POLL_TIMEOUT_S
+        first = [refs[0] for refs in calls.values()]
+        if first:
+            _, slow = ray.wait(first, num_returns=len(first), timeout=RESEND_AFTER_S)
+            unanswered = set(slow)
+            for name, refs in calls.items():
+                if refs[0] in unanswered:
+                    with contextlib.suppress(ValueError):
+                        refs.append(self.handle(name).status.remote())
+        for name, refs in calls.items():
+            out[name] = self._observe(name, refs, deadline)
+        return out
+
+    def renewed(self, name: str) -> None:
+        """A rebuilt actor reported its new incarnation (any thread): a poll waiting on calls
+        sent to the old one asks the new one at once (Ray fails the old calls only later)."""
+        self._renewed.add(name)
+
+    def _observe(self, name: str, refs: list[Any], deadline: float) -> ActorObservation:
+        """The first answer among `refs` (status calls to one actor) by `deadline`; an actor
+        being rebuilt answers the resent call, so a failed first call waits for the other."""
+        pending = list(refs)
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(pending, num_returns=1, timeout=min(remaining, _RENEWAL_CHECK_S))
+            if not ready and name in self._renewed:
+                self._renewed.discard(name)
+                with contextlib.suppress(ValueError):
+                    pending.append(self.handle(name).status.remote())
+                continue
+            if not ready and remaining > _RENEWAL_CHECK_S:
+                continue
+            if not ready:
+                return ActorObservation.gone(f"actor {name} did not answer in {POLL_TIMEOUT_S:g} s")
+            pending.remove(ready[0])
             try:
-                out[name] = ActorObservation.from_status(ray.get(ref, timeout=POLL_TIMEOUT_S))
+                return ActorObservation.from_status(ray.get(ready[0]))
             except ActorUnavailableError as exc:
-                out[name] = ActorObservation.restarting(f"actor {name} is restarting: {error_text(exc)}")
+                if not pending:
+                    return ActorObservation.restarting(f"actor {name} is restarting: {error_text(exc)}")
             except RayActorError as exc:
                 self._handles.pop(name, None)
-                out[name] = ActorObservation.gone(f"actor {name} died: {error_text(exc)}")
-            except (RayError, GetTimeoutError) as exc:
-                out[name] = ActorObservation.gone(f"actor {name} did not answer: {error_text(exc)}")
-        return out
+                return ActorObservation.gone(f"actor {name} died: {error_text(exc)}")
+            except RayError as exc:
+                if not pending:
+                    return ActorObservation.gone(f"actor {name} did not answer: {error_text(exc)}")
 
     def _reconstructed_fresh(self, name: str) -> bool:
         """Ray already rebuilt this actor and nothing ran in it yet: set it up, do not replace it."""

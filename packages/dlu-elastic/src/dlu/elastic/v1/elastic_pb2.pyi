@@ -102,7 +102,7 @@ class NodeCheckReport(_message.Message):
     def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., node_id: _Optional[str] = ..., elapsed_s: _Optional[float] = ..., success: _Optional[bool] = ..., error: _Optional[str] = ..., check_round: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("job_token", "round", "agent_id", "step", "has_metric", "metric", "timestamp")
+    __slots__ = ("job_token", "round", "agent_id", "step", "has_metric", "metric", "timestamp", "wait_s")
     JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class HeartbeatRequest(_message.Message):
     HAS_METRIC_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
     job_token: str
     round: int
     agent_id: str
@@ -117,7 +118,8 @@ class HeartbeatRequest(_message.Message):
     has_metric: bool
     metric: float
     timestamp: float
-    def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., step: _Optional[int] = ..., has_metric: _Optional[bool] = ..., metric: _Optional[float] = ..., timestamp: _Optional[float] = ...) -> None: ...
+    wait_s: float
+    def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., step: _Optional[int] = ..., has_metric: _Optional[bool] = ..., metric: _Optional[float] = ..., timestamp: _Optional[float] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("action",)

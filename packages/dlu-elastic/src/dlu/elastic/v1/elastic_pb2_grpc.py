@@ -92,7 +92,8 @@ class ElasticServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Heartbeat(self, request, context):
-        """Liveness and training progress; the answer tells the agent what to do next.
+        """Liveness and training progress; the answer tells the agent what to do next. With `wait_s`
+        the call is held until the master decides something (long poll).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

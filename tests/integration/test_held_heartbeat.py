@@ -1,0 +1,110 @@
+"""Held heartbeats over real gRPC on 127.0.0.1: an agent whose training process failed asks with
+`wait_s` and hears the master's decision the moment it is made (a new round, a stop), not at its
+next beat; with nothing decided it is answered ACTION_NONE when its wait ends."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+from test_rendezvous_grpc import TOKEN, Hooks, Master, expect_status, form_round, held_calls, wait_until
+
+from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu_elastic.rendezvous.client import RendezvousError
+from dlu_elastic.rendezvous.service import ElasticServicer, serve
+from dlu_elastic.rendezvous.state import Rendezvous
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Pending:
+    """The master's pending decision, as the ElasticMaster's `stopping` flag gives it."""
+
+    def __init__(self) -> None:
+        self.action: int = pb.ACTION_NONE
+
+    def __call__(self) -> int:
+        return self.action
+
+
+def start(pending: Pending) -> Master:
+    rendezvous = Rendezvous(min_nodes=2, max_nodes=2)
+    hooks = Hooks()
+    servicer = ElasticServicer(rendezvous, on_heartbeat=hooks.on_heartbeat, pending_action=pending)
+    return Master(rendezvous, hooks, serve("127.0.0.1", 0, token=TOKEN, servicer=servicer))
+
+
+def held_beat(master: Master, round_: int, wait_s: float) -> pb.Action:
+    with master.client(timeout_s=5.0) as client:
+        return client.heartbeat(round=round_, agent_id="agent-0", step=3, wait_s=wait_s)
+
+
+def test_a_held_beat_is_refused_as_stale_the_moment_a_new_round_starts() -> None:
+    master = start(Pending())
+    try:
+        round_ = form_round(master)
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(held_beat, master, round_, 30.0)
+            wait_until("the beat to be held", lambda: held_calls(master) == 1)
+            assert not held.done()
+            asked = time.monotonic()
+            master.rendezvous.new_round()
+            with pytest.raises(RendezvousError) as info:
+                held.result(timeout=10)
+            assert time.monotonic() - asked < 10  # far inside the 30 s it asked to be held
+        assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert len(master.hooks.heartbeats) == 1  # the beat itself was recorded once
+    finally:
+        master.server.stop(0)
+
+
+def test_a_held_beat_hears_a_stop_when_the_master_wakes_it() -> None:
+    pending = Pending()
+    master = start(pending)
+    try:
+        round_ = form_round(master)
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(held_beat, master, round_, 30.0)
+            wait_until("the beat to be held", lambda: held_calls(master) == 1)
+            pending.action = pb.ACTION_STOP
+            master.server.wake_held()
+            assert held.result(timeout=10) == pb.ACTION_STOP
+    finally:
+        master.server.stop(0)
+
+
+def test_a_held_beat_with_nothing_decided_answers_none_when_its_wait_ends() -> None:
+    master = start(Pending())
+    try:
+        round_ = form_round(master)
+        asked = time.monotonic()
+        assert held_beat(master, round_, 0.3) == pb.ACTION_NONE
+        assert time.monotonic() - asked >= 0.25  # it was held, not answered at once
+        assert held_calls(master) == 0
+    finally:
+        master.server.stop(0)
+
+
+def test_a_beat_the_hook_answers_is_not_held() -> None:
+    master = start(Pending())
+    master.hooks.action = pb.ACTION_RESTART
+    try:
+        round_ = form_round(master)
+        asked = time.monotonic()
+        assert held_beat(master, round_, 30.0) == pb.ACTION_RESTART
+        assert time.monotonic() - asked < 10
+    finally:
+        master.server.stop(0)
+
+
+@pytest.mark.parametrize("wait_s", [-1.0, float("nan"), float("inf")])
+def test_a_bad_heartbeat_wait_is_invalid_argument(wait_s: float) -> None:
+    master = start(Pending())
+    try:
+        round_ = form_round(master)
+        error = expect_status(grpc.StatusCode.INVALID_ARGUMENT, lambda: held_beat(master, round_, wait_s))
+        assert "wait_s" in error.details
+    finally:
+        master.server.stop(0)

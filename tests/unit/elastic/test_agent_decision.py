@@ -1,0 +1,136 @@
+"""The agent's side of a restart, with a scripted master and process (no Ray, no gRPC): after
+its process failed it waits for the decision with held beats (answered when the master decides,
+not polled), a held beat cut off by the master's shutdown is no error, and the first beat of a
+new process wakes the PrimeMaster once (the job's status shows training again at once)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+
+from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu_api.spec.models import HealthSettings
+from dlu_elastic.rendezvous.client import RendezvousError
+from dlu_elastic.worker.actor import ElasticWorkerActor
+from dlu_elastic.worker.agent_loop import DECISION_HOLD_S
+from dlu_elastic.worker.process import EventKind, ProcessEvent
+from dlu_prime.master.state import ActorStage
+from dlu_prime.runtime.context import Health
+from dlu_prime.worker.entrypoint import Outcome
+
+pytestmark = pytest.mark.timeout(30)
+
+STALE = RendezvousError(
+    "Heartbeat", grpc.StatusCode.FAILED_PRECONDITION, "round 1 is not the current round 2"
+)
+CANCELLED = RendezvousError("Heartbeat", grpc.StatusCode.CANCELLED, "Cancelled on the server side")
+
+
+class ScriptedMaster:
+    """Answers heartbeats from a script (an action, or an error to raise), noting each call."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+        self.calls: list[dict[str, Any]] = []
+        self.reports: list[dict[str, Any]] = []
+        self.address = "127.0.0.1:1"
+
+    def report_failure(self, **call: Any) -> None:
+        self.reports.append(call)
+
+    def heartbeat(self, **call: Any) -> int:
+        self.calls.append(call)
+        answer = self.answers.pop(0) if self.answers else pb.ACTION_NONE
+        if isinstance(answer, Exception):
+            raise answer
+        return int(answer)
+
+
+class ScriptedProcess:
+    """A training process that beats `steps` (one per look), then exits with `code`."""
+
+    def __init__(self, steps: list[int], code: int) -> None:
+        self._steps = list(steps)
+        self._code = code
+        self.pid = 12345
+        self.spec = SimpleNamespace(env={"WORLD_SIZE": "4"})
+        self.last_failure = "RuntimeError: boom" if code else None
+
+    def events(self) -> list[ProcessEvent]:
+        if not self._steps:
+            return []
+        return [ProcessEvent(EventKind.HEARTBEAT, 0.0, step=self._steps.pop(0))]
+
+    def poll(self) -> int | None:
+        return None if self._steps else self._code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.poll()
+
+    def request_stop(self) -> None: ...
+
+    def terminate(self, grace_s: float = 5.0) -> int | None:
+        return self._code
+
+
+def agent(answers: list[Any]) -> tuple[ElasticWorkerActor, ScriptedMaster, list[str]]:
+    """The agent part of an ElasticWorkerActor, without Ray: a rank in round 1."""
+    actor = object.__new__(ElasticWorkerActor)
+    actor.info = SimpleNamespace(actor_name="job.trainer.0", local_rank=0, job="job")  # type: ignore[assignment]
+    actor.health = Health()
+    actor._stop = threading.Event()  # type: ignore[attr-defined]
+    actor._health = HealthSettings()
+    actor._script_beats = False
+    actor.result = None
+    actor.finished_at = None
+    actor.stage = ActorStage.RUNNING
+    master = ScriptedMaster(answers)
+    actor._client = master  # type: ignore[assignment]
+    wakes: list[str] = []
+    actor._wake_master = lambda: wakes.append("wake")  # type: ignore[method-assign]
+    actor._master_moved = lambda: False  # type: ignore[method-assign]
+    return actor, master, wakes
+
+
+def test_after_a_failure_the_agent_waits_for_the_decision_in_held_beats() -> None:
+    actor, master, _ = agent([pb.ACTION_NONE, STALE])
+    assert actor._wait_for_decision(1, 0.001) == "restart"
+    assert [c["wait_s"] for c in master.calls] == [DECISION_HOLD_S, DECISION_HOLD_S]
+
+
+def test_a_stop_decided_while_held_ends_the_wait() -> None:
+    actor, _, _ = agent([pb.ACTION_STOP])
+    assert actor._wait_for_decision(1, 0.001) == "stop"
+
+
+def test_a_held_beat_cancelled_by_the_masters_shutdown_is_no_error() -> None:
+    actor, master, _ = agent([CANCELLED, STALE])
+    assert actor._wait_for_decision(1, 0.001) == "restart"
+    assert len(master.calls) == 2
+
+
+def test_a_cancelled_beat_that_was_not_held_is_still_an_error() -> None:
+    actor, _, _ = agent([CANCELLED])
+    with pytest.raises(RendezvousError):
+        actor._beat(1)
+
+
+def test_the_first_beat_of_a_process_wakes_the_prime_master_once() -> None:
+    actor, master, wakes = agent([pb.ACTION_NONE] * 10 + [STALE])
+    result = actor._watch(1, ScriptedProcess([16, 17, 18], code=1))  # type: ignore[arg-type]
+    assert result is None  # the failure was reported, then the master restarted training
+    assert wakes == ["wake"]
+    assert [r["exit_code"] for r in master.reports] == [1]
+    assert master.calls[0]["step"] == 16  # and the ElasticMaster heard of the step at once
+
+
+def test_a_failed_process_is_reported_once_and_ends_the_rank_on_stop() -> None:
+    actor, master, wakes = agent([pb.ACTION_STOP])
+    result = actor._watch(1, ScriptedProcess([], code=1))  # type: ignore[arg-type]
+    assert result is not None and result.outcome is Outcome.FAILED
+    assert [r["exit_code"] for r in master.reports] == [1]
+    assert wakes == []  # it never trained
