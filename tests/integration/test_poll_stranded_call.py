@@ -1,7 +1,8 @@
 """The PrimeMaster's poll of an actor whose process is killed while it answers: the status call
 on its way to the dead process is failed by Ray only after a wait for news of the death (1 to 2
-s), however soon Ray rebuilt the actor. The poll asks again and sees the new incarnation (so the
-restart is judged at once, not reported as "restarting" for another pass)."""
+s), however soon Ray rebuilt the actor. Once the rebuilt actor is known (its RESTARTED report),
+the poll asks again and sees the new incarnation (so the restart is judged at once, not
+reported as "restarting" for another pass)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,30 @@ from lm_jobs import lm_job
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 
 
-def test_a_status_call_stranded_on_a_killed_process_is_answered_by_the_new_one(
-    ray_session: Any, tmp_path: Path
-) -> None:
+def rebuilt(actor: Any, old_pid: int) -> bool:
+    """Whether Ray rebuilt `actor` in a new process within 60 s (a call sent while Ray still
+    thinks the old one lives fails: ask again)."""
+    import ray
+    from ray.exceptions import RayError
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if ray.get(actor.pid.remote(), timeout=10) != old_pid:
+                return True
+        except (RayError, TimeoutError):
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def stranded_poll(job: str, tmp_path: Path) -> tuple[Any, int]:
+    """One poll whose status call is in the actor's first process when it is SIGKILLed: what
+    the poll saw, and that process's pid."""
     import ray
 
     from dlu_prime.naming import NAMESPACE
     from dlu_prime.scheduler.ray_scheduler import RayScheduler
-
-    answering = tmp_path / "answering"
 
     class SlowToAnswer:  # defined here: Ray ships it by value (workers cannot import this module)
         """Its first incarnation never finishes a status call (it is killed in it)."""
@@ -46,15 +62,17 @@ def test_a_status_call_stranded_on_a_killed_process_is_answered_by_the_new_one(
                 time.sleep(3600)
             return {"stage": "INIT", "reconstructed": True, "pid": os.getpid()}
 
-    spec = lm_job("stranded", tmp_path)
-    name = "stranded.trainer.0"
-    actor = (
+    tmp_path.mkdir()
+    answering = tmp_path / "answering"
+    spec = lm_job(job, tmp_path)
+    name = f"{job}.trainer.0"
+    actor: Any = (
         ray.remote(SlowToAnswer)  # pyright: ignore[reportUnknownMemberType]
         .options(name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=4, max_restarts=-1)
         .remote(str(answering))
     )
     try:
-        first_pid = ray.get(actor.pid.remote(), timeout=60)
+        first_pid: int = ray.get(actor.pid.remote(), timeout=60)
         scheduler = RayScheduler(spec)
         found: dict[str, Any] = {}
         polling = threading.Thread(target=lambda: found.update(scheduler.poll([name])))
@@ -64,11 +82,30 @@ def test_a_status_call_stranded_on_a_killed_process_is_answered_by_the_new_one(
             assert time.monotonic() < deadline, "the status call never reached the actor"
             time.sleep(0.01)
         os.kill(first_pid, signal.SIGKILL)
+        # What the rebuilt actor's RESTARTED report does in the PrimeMaster.
+        assert rebuilt(actor, first_pid), "Ray did not rebuild the actor within 60 s"
+        scheduler.renewed(name)
         polling.join(60)
         assert not polling.is_alive()
-        seen = found[name]
-        assert not seen.unavailable, seen.error  # not "restarting": the new incarnation answered
-        assert seen.reconstructed and seen.stage is not None and seen.stage.value == "INIT"
-        assert seen.incarnation is not None and not seen.incarnation.endswith(f"/{first_pid}")
+        return found[name], first_pid
     finally:
         ray.kill(actor, no_restart=True)
+
+
+def test_a_status_call_stranded_on_a_killed_process_is_answered_by_the_new_one(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    # Ray fails a call sent while the actor is restarting at once, and the stranded one after
+    # its wait for the death notice: when both come before the new process is known (a slow
+    # machine), the poll can only say "restarting", as before these changes, every time. So
+    # the scenario runs up to three times and the new incarnation must answer in one.
+    errors: list[str] = []
+    for attempt in range(3):
+        seen, first_pid = stranded_poll(f"stranded{attempt}", tmp_path / str(attempt))
+        if seen.unavailable:
+            errors.append(str(seen.error))
+            continue
+        assert seen.reconstructed and seen.stage is not None and seen.stage.value == "INIT"
+        assert seen.incarnation is not None and not seen.incarnation.endswith(f"/{first_pid}")
+        return
+    pytest.fail("the new incarnation never answered a stranded poll: " + " | ".join(errors))
