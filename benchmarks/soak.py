@@ -48,7 +48,11 @@ ALARMS = frozenset(
 )
 
 
-def soak_spec(name: str, ckpt: Path, steps: int, health: dict[str, float] | None, step_s: float) -> Any:
+def soak_spec(
+    name: str, ckpt: Path, steps: int, health: dict[str, float] | None, step_s: float, nproc: int = 2
+) -> Any:
+    """The soak job (shared with tests/integration/test_long_run.py); `health` None keeps the
+    defaults."""
     from dlu_api.spec import spec_from_dict
 
     return spec_from_dict(
@@ -66,7 +70,7 @@ def soak_spec(name: str, ckpt: Path, steps: int, health: dict[str, float] | None
                     "resources": {"cpu": 0.25},
                     "elastic": {
                         "nnodes": 2,
-                        "nproc_per_node": 2,
+                        "nproc_per_node": nproc,
                         "node_check": {"matmul_size": 64, "allreduce_mb": 0.5},
                     },
                 },

@@ -12,68 +12,23 @@ The soak with the defaults' ratio (timeout / interval = 24) over 20 timeouts is 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStatus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 HERE = Path(__file__).parent
-LM = HERE.parents[1] / "examples" / "elastic" / "train_lm.py"
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))  # the job and alarm kinds of benchmarks/soak.py
+
+from soak import ALARMS, soak_spec  # noqa: E402
+
 STEP_S = 0.1
-
-# Every event that means DLU judged something unhealthy or recovered from it.
-ALARMS = frozenset(
-    {
-        "heartbeat_timeout",
-        "hang",
-        "unavailable",
-        "died",
-        "restarted",
-        "failed",
-        "error_report",
-        "inplace_restart",
-        "joined_recovery",
-        "failover_started",
-        "failover_escalated",
-        "master_restarted",
-        "node_relaunch",
-    }
-)
-
-
-def soak_job(name: str, ckpt: Path, steps: int, health: dict[str, float] | None, step_s: float) -> Any:
-    """The reference job: an elastic LM role (2 nodes x 1 process) with the node check, a
-    service role that never beats, and one that beats; `health` None keeps the defaults."""
-    return spec_from_dict(
-        {
-            "name": name,
-            "device_type": "CPU",
-            "device_per_node": 0,
-            "node_num": 2,
-            **({"health": health} if health is not None else {}),
-            "roles": [
-                {
-                    "name": "trainer",
-                    "kind": "elastic",
-                    "entrypoint": f"{LM} --steps {steps} --step-seconds {step_s} --checkpoint-dir {ckpt}",
-                    "resources": {"cpu": 0.25},
-                    "elastic": {
-                        "nnodes": 2,
-                        "nproc_per_node": 1,
-                        "node_check": {"matmul_size": 64, "allreduce_mb": 0.5},
-                    },
-                },
-                {"name": "silent", "entrypoint": "workloads:silent_service", "is_driver": False},
-                {"name": "beating", "entrypoint": "workloads:forever", "is_driver": False},
-            ],
-        }
-    )
 
 
 def alarms(status: JobStatus) -> list[str]:
@@ -101,7 +56,7 @@ def reference_loss(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -
     def loss(steps: int) -> str:
         if steps not in losses:
             ckpt = tmp_path_factory.mktemp(f"reference-{steps}")
-            status = run(soak_job(f"soak-ref-{steps}", ckpt, steps, None, 0.0))
+            status = run(soak_spec(f"soak-ref-{steps}", ckpt, steps, None, 0.0, nproc=1))
             assert status.exit_code == 0, status.reason
             losses[steps] = (ckpt / "final_loss.txt").read_text()
         return losses[steps]
@@ -124,7 +79,7 @@ def test_short_timeouts_a_healthy_job_is_never_recovered(
         "hang_timeout_s": 3.0,
         "monitor_interval_s": 0.2,
     }
-    status = run(soak_job("soak-short", tmp_path, SHORT_STEPS, health, STEP_S))
+    status = run(soak_spec("soak-short", tmp_path, SHORT_STEPS, health, STEP_S, nproc=1))
     assert status.exit_code == 0, status.reason
     assert alarms(status) == []
     assert all(r.restart_count == 0 and r.inplace_restart_count == 0 for r in status.roles)
@@ -138,7 +93,7 @@ def test_short_timeouts_a_healthy_job_is_never_recovered(
 @pytest.mark.timeout(900)
 def test_soak_defaults_ratio_twenty_timeouts(reference_loss: Callable[[int], str], tmp_path: Path) -> None:
     health = {"heartbeat_interval_s": 0.25, "heartbeat_timeout_s": 6.0, "hang_timeout_s": 12.0}
-    status = run(soak_job("soak-ratio", tmp_path, SOAK_STEPS, health, STEP_S))
+    status = run(soak_spec("soak-ratio", tmp_path, SOAK_STEPS, health, STEP_S, nproc=1))
     assert status.exit_code == 0, status.reason
     assert alarms(status) == []
     assert (tmp_path / "final_loss.txt").read_text() == reference_loss(SOAK_STEPS)
