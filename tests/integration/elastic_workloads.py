@@ -90,6 +90,14 @@ def raise_error() -> None:
     raise RuntimeError("boom from elastic_workloads")
 
 
+def raise_then_linger_at_exit() -> None:
+    """Fail, then spend a long time in an exit hook (a slow teardown): the failure is known first."""
+    import atexit
+
+    atexit.register(time.sleep, 60.0)
+    raise RuntimeError("boom before a slow teardown")
+
+
 def exit_with_code() -> None:
     raise SystemExit(int(os.environ.get("EXIT_CODE", "3")))
 

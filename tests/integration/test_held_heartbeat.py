@@ -108,3 +108,30 @@ def test_a_bad_heartbeat_wait_is_invalid_argument(wait_s: float) -> None:
         assert "wait_s" in error.details
     finally:
         master.server.stop(0)
+
+
+def test_a_beat_sent_without_blocking_hears_the_new_round_and_a_cancelled_one_is_let_go() -> None:
+    """What a rank's agent does while its process trains: one beat always held, answered the
+    moment a peer's failure opens a new round; the beat it gives up is no longer held."""
+    master = start(Pending())
+    try:
+        round_ = form_round(master)
+        with master.client(timeout_s=5.0) as client:
+            given_up = client.heartbeat_async(round=round_, agent_id="agent-1", step=2, wait_s=30.0)
+            wait_until("the beat to be held", lambda: held_calls(master) == 1)
+            given_up.cancel()
+            wait_until("the cancelled beat to be let go", lambda: held_calls(master) == 0)
+
+            woken: list[float] = []
+            beat = client.heartbeat_async(round=round_, agent_id="agent-0", step=3, wait_s=30.0)
+            beat.on_done(lambda: woken.append(time.monotonic()))
+            wait_until("the beat to be held", lambda: held_calls(master) == 1)
+            assert not beat.done()
+            asked = time.monotonic()
+            master.rendezvous.new_round()
+            with pytest.raises(RendezvousError) as info:
+                beat.action()
+            assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert woken and woken[0] - asked < 10  # far inside the 30 s it asked to be held
+    finally:
+        master.server.stop(0)

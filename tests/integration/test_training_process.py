@@ -198,6 +198,27 @@ def test_exception_exits_1_with_traceback_in_events(launcher: TrainingLauncher, 
 
 
 @pytest.mark.timeout(60)
+def test_a_failure_is_known_before_the_exit_hooks_end(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    """The FAILURE event announces the exit code while the process still runs its exit hooks
+    (here a 60 s one): a restart need not wait for a slow teardown; the exit itself comes later."""
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_workloads:raise_then_linger_at_exit",
+            env={"OUT_DIR": str(tmp_path)},
+            workdir=WORKDIR,
+            setup_process_group=False,
+        )
+    )
+    assert proc.activity.wait(30)  # the failure woke its watcher
+    wait_until("the failure to be announced", lambda: proc.ending_code() is not None)
+    assert proc.ending_code() == 1
+    assert proc.poll() is None  # still in its exit hook
+    assert "boom before a slow teardown" in (proc.last_failure or "")
+    assert proc.terminate(1.0) is not None
+    assert proc.poll() is not None
+
+
+@pytest.mark.timeout(60)
 def test_exit_codes_and_import_errors(launcher: TrainingLauncher, tmp_path: Path) -> None:
     env = {"OUT_DIR": str(tmp_path), "EXIT_CODE": "7"}
     exiting = launcher.start(

@@ -1,7 +1,9 @@
 """The agent's side of a restart, with a scripted master and process (no Ray, no gRPC): after
 its process failed it waits for the decision with held beats (answered when the master decides,
 not polled), a held beat cut off by the master's shutdown is no error, and the first beat of a
-new process wakes the PrimeMaster once (the job's status shows training again at once)."""
+new process wakes the PrimeMaster once (the job's status shows training again at once); while
+its process trains a beat is always held, so a new round opened for a peer's failure stops the
+process at once; a failure the process announces is reported before its teardown ends."""
 
 from __future__ import annotations
 
@@ -49,16 +51,45 @@ class ScriptedMaster:
             raise answer
         return int(answer)
 
+    def heartbeat_async(self, **call: Any) -> AnsweredBeat:
+        self.calls.append(call)
+        return AnsweredBeat(self.answers.pop(0) if self.answers else pb.ACTION_NONE)
+
+
+class AnsweredBeat:
+    """A held beat whose answer is already in (the scripted master answers at once)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return True
+
+    def on_done(self, callback: Any) -> None:
+        callback()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def action(self) -> int:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return int(self.answer)
+
 
 class ScriptedProcess:
     """A training process that beats `steps` (one per look), then exits with `code`."""
 
-    def __init__(self, steps: list[int], code: int) -> None:
+    def __init__(self, steps: list[int], code: int | None, announced: int | None = None) -> None:
         self._steps = list(steps)
         self._code = code
+        self._announced = announced  # a FAILURE event's code, the process still exiting
         self.pid = 12345
         self.spec = SimpleNamespace(env={"WORLD_SIZE": "4"})
-        self.last_failure = "RuntimeError: boom" if code else None
+        self.last_failure = "RuntimeError: boom" if code or announced else None
+        self.activity = threading.Event()
+        self.stop_requested = False
 
     def events(self) -> list[ProcessEvent]:
         if not self._steps:
@@ -68,10 +99,12 @@ class ScriptedProcess:
     def poll(self) -> int | None:
         return None if self._steps else self._code
 
-    def wait(self, timeout: float | None = None) -> int | None:
-        return self.poll()
+    def ending_code(self) -> int | None:
+        code = self.poll()
+        return code if code is not None else (None if self._steps else self._announced)
 
-    def request_stop(self) -> None: ...
+    def request_stop(self) -> None:
+        self.stop_requested = True
 
     def terminate(self, grace_s: float = 5.0) -> int | None:
         return self._code
@@ -134,3 +167,27 @@ def test_a_failed_process_is_reported_once_and_ends_the_rank_on_stop() -> None:
     assert result is not None and result.outcome is Outcome.FAILED
     assert [r["exit_code"] for r in master.reports] == [1]
     assert wakes == []  # it never trained
+
+
+def test_a_held_beat_answered_with_a_new_round_stops_the_process_at_once() -> None:
+    """A surviving rank: its process still trains when a peer's failure opens a new round."""
+    actor, master, _ = agent([STALE])
+    process = ScriptedProcess([5, 6, 7, 8], code=None)
+    assert actor._watch(1, process) is None  # type: ignore[arg-type]  # run again in the new round
+    assert process.stop_requested
+    assert master.reports == []  # not this rank's failure
+    assert master.calls[0]["wait_s"] > 0  # the beat was a held one
+
+
+def test_a_failure_announced_before_the_exit_is_reported_at_once_with_its_code() -> None:
+    actor, master, _ = agent([STALE])
+    process = ScriptedProcess([], code=None, announced=3)  # still in its exit hooks
+    assert actor._watch(1, process) is None  # type: ignore[arg-type]
+    assert [r["exit_code"] for r in master.reports] == [3]
+    assert master.reports[0]["error"] == "RuntimeError: boom"
+
+
+def test_a_finished_rank_waits_in_held_beats_after_its_first() -> None:
+    actor, master, _ = agent([pb.ACTION_NONE, pb.ACTION_NONE, STALE])
+    assert actor._finished(1, 0.001) is None  # rerun: a peer failed after this rank finished
+    assert [c["wait_s"] > 0 for c in master.calls] == [False, True, True]

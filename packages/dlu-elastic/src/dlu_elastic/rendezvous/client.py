@@ -234,7 +234,37 @@ class ElasticClient:
         """Send progress; returns what the master wants (ACTION_NONE, ACTION_RESTART, ACTION_STOP).
         With `wait_s` the master holds the call until it decides something (a new round comes
         as FAILED_PRECONDITION); the call's deadline is `timeout_s` plus `wait_s`."""
-        request = pb.HeartbeatRequest(
+        request = self._beat_request(round, agent_id, step, metric, timestamp, wait_s)
+        return self._call("Heartbeat", self._stub.Heartbeat, request, self._held(timeout_s, wait_s)).action
+
+    def heartbeat_async(
+        self,
+        *,
+        round: int,
+        agent_id: str,
+        step: int,
+        metric: float | None = None,
+        wait_s: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> HeldBeat:
+        """`heartbeat` without blocking: the caller waits on the returned call (a held beat is
+        how a rank hears of a new round the moment it opens, while it watches its process)."""
+        request = self._beat_request(round, agent_id, step, metric, None, wait_s)
+        future = self._stub.Heartbeat.future(
+            request, timeout=self._held(timeout_s, wait_s), wait_for_ready=self._wait_for_ready
+        )
+        return HeldBeat(future)
+
+    def _beat_request(
+        self,
+        round: int,
+        agent_id: str,
+        step: int,
+        metric: float | None,
+        timestamp: float | None,
+        wait_s: float,
+    ) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(
             job_token=self._token,
             round=round,
             agent_id=agent_id,
@@ -244,7 +274,6 @@ class ElasticClient:
             timestamp=time.time() if timestamp is None else timestamp,
             wait_s=wait_s,
         )
-        return self._call("Heartbeat", self._stub.Heartbeat, request, self._held(timeout_s, wait_s)).action
 
     def report_failure(
         self,
@@ -307,3 +336,34 @@ class ElasticClient:
             if isinstance(exc, grpc.Call):
                 raise RendezvousError(method, exc.code(), exc.details() or "") from None
             raise RendezvousError(method, grpc.StatusCode.UNKNOWN, str(exc)) from None
+
+
+class HeldBeat:
+    """A heartbeat on its way (`ElasticClient.heartbeat_async`)."""
+
+    def __init__(self, future: Any) -> None:
+        self._future = future
+
+    def done(self) -> bool:
+        return bool(self._future.done())
+
+    def on_done(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` (on a gRPC thread) once the answer or an error is in."""
+        self._future.add_done_callback(lambda _: callback())
+
+    def cancel(self) -> None:
+        """Give up the call (the master stops holding it); its answer is never read."""
+        self._future.cancel()
+
+    def action(self) -> pb.Action:
+        """The master's answer; blocks until it is in.
+
+        Raises:
+            RendezvousError: the call failed, with its status code (as `heartbeat`).
+        """
+        try:
+            return self._future.result().action
+        except grpc.RpcError as exc:
+            if isinstance(exc, grpc.Call):
+                raise RendezvousError("Heartbeat", exc.code(), exc.details() or "") from None
+            raise RendezvousError("Heartbeat", grpc.StatusCode.UNKNOWN, str(exc)) from None

@@ -17,7 +17,8 @@ import grpc
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import HealthSettings
-from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
+from dlu_elastic.rendezvous.client import ElasticClient, HeldBeat, RendezvousError
+from dlu_elastic.rendezvous.round_watch import RECHECK_S
 from dlu_elastic.worker.finished import AfterSuccess, after_success
 from dlu_elastic.worker.process import EventKind, TrainingProcess
 from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
@@ -49,6 +50,7 @@ POLL_INTERVAL_S = 0.02  # the agent loop's tick; a process's exit wakes it at on
 # or a stop), so the restart is not left waiting for the agent's next beat; asked again after this.
 DECISION_HOLD_S = 1.0
 # Codes a call gets when the ElasticMaster died or was replaced (new address or token).
+_ACTIONS = {pb.ACTION_RESTART: "restart", pb.ACTION_STOP: "stop"}
 MASTER_GONE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
 )
@@ -97,80 +99,80 @@ class ElasticAgentLoop(WorkerActor):
         """Follow one training process. None: the master restarted training (run again).
 
         A process that goes silent or hangs (see `ProcessWatch`) is killed here and reported as
-        this rank's failure, like a crash."""
-        last_beat = 0.0
-        first_beat = True
+        this rank's failure, like a crash. One heartbeat is always on its way, held by the
+        master for about `interval` (`_held_beat`): a new round opened for a peer's failure
+        reaches this rank the moment it opens, not at its next beat."""
         interval = heartbeat_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
         watch = ProcessWatch(
             self._health.heartbeat_timeout_s,
             self._health.hang_timeout_s,
             started_at=time.monotonic() if self._script_beats else None,
         )
-        while True:
-            now = time.monotonic()
-            for event in process.events():
-                if event.kind is EventKind.HEARTBEAT:
-                    self.health.relay(event.step, event.metric)
-                    watch.beat(event.step, now)
-                    self._script_beats = True
-                    if first_beat:  # training (again): the masters hear of it now, not at their next look
-                        first_beat = False
-                        last_beat = 0.0
-                        self._wake_master()
-                elif event.kind is EventKind.ERROR_REPORT and event.message:
-                    self.health.report(event.message)
-            code = process.poll()
-            hung = None
-            if code is None and watch.suspect(now):
-                hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
-            if hung is not None:
-                logger.warning("%s: %s; killing it", self.info.actor_name, hung)
-                process.terminate(0.5)
-                code = process.poll()
-                code = code if code is not None else -9
-            if code == 0:
-                return self._finished(round_, interval)
-            if code is not None:
-                error = hung or process.last_failure or f"training process exited with code {code}"
-                try:
-                    self._client.report_failure(
-                        round=round_,
-                        agent_id=self.info.actor_name,
-                        local_rank=self.info.local_rank,
-                        exit_code=code,
-                        error=error,
-                    )
-                except RendezvousError as exc:
-                    if exc.code in MASTER_GONE and self._master_moved():
-                        return None  # the new master knows nothing of this round: join again
-                    if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
-                        raise
-                action = self._wait_for_decision(round_, interval)
-                return None if action == "restart" else Result(Outcome.FAILED, error)
-            if now - last_beat >= interval:
-                last_beat = now
-                action = self._beat(round_)
-                if action != "none":
-                    process.request_stop()  # it dies while this agent joins the next round
-                    if action == "stop":
-                        process.terminate(2.0)
-                        return Result(
-                            Outcome.FAILED, "the ElasticMaster stopped training (restart limit reached)"
-                        )
-                    return None
-            if self._stop.is_set():
-                process.terminate(2.0)
-                return Result(Outcome.FAILED, "stopped")
-            process.wait(POLL_INTERVAL_S)  # an exit ends the wait: detection is not polled
+        beat: HeldBeat | None = None
+        sent = float("-inf")
+        first_beat = True
+        try:
+            while True:
+                process.activity.clear()  # before reading: news arriving from now on wakes the wait
+                now = time.monotonic()
+                for event in process.events():
+                    if event.kind is EventKind.HEARTBEAT:
+                        self.health.relay(event.step, event.metric)
+                        watch.beat(event.step, now)
+                        self._script_beats = True
+                        if first_beat:  # training (again): the masters hear of it now, not at their next look
+                            first_beat = False
+                            if beat is not None:
+                                beat.cancel()  # resent now with the new step
+                                beat, sent = None, float("-inf")
+                            self._wake_master()
+                    elif event.kind is EventKind.ERROR_REPORT and event.message:
+                        self.health.report(event.message)
+                code = process.ending_code()
+                hung = None
+                if code is None and watch.suspect(now):
+                    hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
+                if hung is not None:
+                    logger.warning("%s: %s; killing it", self.info.actor_name, hung)
+                    process.terminate(0.5)
+                    code = process.poll()
+                    code = code if code is not None else -9
+                if code == 0:
+                    return self._finished(round_, interval)
+                if code is not None:
+                    return self._failed(round_, process, code, hung, interval)
+                if beat is not None and beat.done():
+                    action = self._beat_action(beat, held=True)
+                    beat = None
+                    if action != "none":
+                        process.request_stop()  # it dies while this agent joins the next round
+                        if action == "stop":
+                            process.terminate(2.0)
+                            return Result(
+                                Outcome.FAILED, "the ElasticMaster stopped training (restart limit reached)"
+                            )
+                        return None
+                if beat is None and now - sent >= interval:
+                    beat, sent = self._held_beat(round_, interval), now
+                    beat.on_done(process.activity.set)
+                if self._stop.is_set():
+                    process.terminate(2.0)
+                    return Result(Outcome.FAILED, "stopped")
+                process.activity.wait(POLL_INTERVAL_S)  # an exit, a failure or the beat's answer ends it
+        finally:
+            if beat is not None:
+                beat.cancel()
 
     def _finished(self, round_: int, interval: float) -> Result | None:
         """This rank's process exited 0: show FINISH but stay in the round until training ends,
         and run again if a peer's failure opens a new round (`finished.after_success`). None:
         run again. The round's store, if this agent hosts it, stays up for the peers meanwhile."""
         success = Result(Outcome.SUCCESS)
+        held = 0.0  # asked at once first: a restart under way shows no FINISH; then held beats
         while not self._stop.is_set():
+            asked = time.monotonic()
             try:
-                action = self._beat(round_)
+                action = self._beat(round_, wait_s=held)
             except RendezvousError as exc:  # not a refusal the protocol knows: keep the success
                 logger.warning(
                     "%s: finished, then the ElasticMaster refused a beat: %s", self.info.actor_name, exc
@@ -193,8 +195,45 @@ class ElasticAgentLoop(WorkerActor):
                 self.result = success
                 self.finished_at = time.time()
                 self.stage = ActorStage.FINISH
-            time.sleep(interval)
+            held = interval + RECHECK_S  # a peer's failure reruns this rank the moment it is known
+            time.sleep(max(0.0, interval - (time.monotonic() - asked)))
         return success
+
+    def _failed(
+        self, round_: int, process: TrainingProcess, code: int, hung: str | None, interval: float
+    ) -> Result | None:
+        """Report this rank's failure and wait for the master's decision. The process may still
+        be in its teardown (its FAILURE event came first): the next round's process is forked
+        only once it has exited (`actor._train`), so a GPU's memory is free by then."""
+        error = hung or process.last_failure or f"training process exited with code {code}"
+        try:
+            self._client.report_failure(
+                round=round_,
+                agent_id=self.info.actor_name,
+                local_rank=self.info.local_rank,
+                exit_code=code,
+                error=error,
+            )
+        except RendezvousError as exc:
+            if exc.code in MASTER_GONE and self._master_moved():
+                return None  # the new master knows nothing of this round: join again
+            if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+        action = self._wait_for_decision(round_, interval)
+        return None if action == "restart" else Result(Outcome.FAILED, error)
+
+    def _held_beat(self, round_: int, interval: float) -> HeldBeat:
+        """A beat the master holds for `interval` at least (a held call is answered up to one
+        `RECHECK_S` slot early, hence the slot added) or until it decides something."""
+        snapshot = self.health.snapshot()
+        return self._client.heartbeat_async(
+            round=round_,
+            agent_id=self.info.actor_name,
+            step=int(snapshot["step"]),
+            metric=snapshot["metric"],
+            wait_s=interval + RECHECK_S,
+            timeout_s=HEARTBEAT_TIMEOUT_S,
+        )
 
     def _beat(self, round_: int, wait_s: float = 0.0) -> str:
         """One heartbeat; with `wait_s` the master holds it until it decides (see the proto)."""
@@ -209,17 +248,23 @@ class ElasticAgentLoop(WorkerActor):
                 timeout_s=HEARTBEAT_TIMEOUT_S,
             )
         except RendezvousError as exc:
-            if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
-                return "restart"  # the master opened a new round
-            if exc.code in MASTER_GONE or (wait_s > 0 and exc.code == grpc.StatusCode.CANCELLED):
-                # a blip, or a held beat ended by the master's shutdown: training goes on until told
-                return "restart" if self._master_moved() else "none"
-            raise
-        if action == pb.ACTION_RESTART:
-            return "restart"
-        if action == pb.ACTION_STOP:
-            return "stop"
-        return "none"
+            return self._beat_refused(exc, held=wait_s > 0)
+        return _ACTIONS.get(action, "none")
+
+    def _beat_action(self, beat: HeldBeat, held: bool) -> str:
+        try:
+            action = beat.action()
+        except RendezvousError as exc:
+            return self._beat_refused(exc, held)
+        return _ACTIONS.get(action, "none")
+
+    def _beat_refused(self, exc: RendezvousError, held: bool) -> str:
+        if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
+            return "restart"  # the master opened a new round
+        if exc.code in MASTER_GONE or (held and exc.code == grpc.StatusCode.CANCELLED):
+            # a blip, or a held beat ended by the master's shutdown: training goes on until told
+            return "restart" if self._master_moved() else "none"
+        raise exc
 
     def _wait_for_decision(self, round_: int, interval: float) -> str:
         """After our process failed: the master either restarts every rank or stops. Held beats

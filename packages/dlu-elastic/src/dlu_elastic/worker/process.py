@@ -77,8 +77,14 @@ class TrainingProcess:
         self._events: deque[ProcessEvent] = deque(maxlen=_MAX_BUFFERED_EVENTS)
         self._events_lock = threading.Lock()
         self._last_failure: str | None = None
+        self._failure_code: int | None = None
+        self._beaten = False
         self._exit_code: int | None = None
         self._exited = threading.Event()
+        # Set when something its watcher acts on arrives (the exit, a failure, the first beat,
+        # any other event but later beats, which are read at the watcher's own pace); the
+        # watcher may set it too, for news of its own, and clears it before it reads.
+        self.activity = threading.Event()
         self._monitor = threading.Thread(target=self._follow, name=f"dlu-training-{self.pid}", daemon=True)
         self._monitor.start()
 
@@ -98,6 +104,13 @@ class TrainingProcess:
         """Wait up to `timeout` seconds (None: forever) for the exit; the exit code or None."""
         self._exited.wait(timeout)
         return self._exit_code
+
+    def ending_code(self) -> int | None:
+        """The exit code once it exited, or the one its FAILURE event announced (it is exiting:
+        what remains are its exit hooks and the interpreter's teardown, tens of milliseconds
+        that a restart need not wait for); None while it runs."""
+        code = self.poll()
+        return code if code is not None else self._failure_code
 
     @property
     def alive(self) -> bool:
@@ -150,8 +163,12 @@ class TrainingProcess:
             return
         if event.kind is EventKind.FAILURE:
             self._last_failure = event.message
+            self._failure_code = event.exit_code if event.exit_code else 1
         with self._events_lock:
             self._events.append(event)
+        if event.kind is not EventKind.HEARTBEAT or not self._beaten:
+            self._beaten = self._beaten or event.kind is EventKind.HEARTBEAT
+            self.activity.set()
 
     def _follow(self) -> None:
         """Read events as they come (a child never blocks on a full pipe), then the exit code."""
@@ -175,6 +192,7 @@ class TrainingProcess:
         finally:
             self._exit_code = code if code is not None else -signal.SIGKILL
             self._exited.set()
+            self.activity.set()
             for close in (self._conn.close, self._status.close, lambda: os.close(self._alive_fd)):
                 with contextlib.suppress(OSError):
                     close()

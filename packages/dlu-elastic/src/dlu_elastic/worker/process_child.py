@@ -207,13 +207,13 @@ def _run_child(payload: ChildPayload, sink: _PipeSink) -> int:
         code = _exit_code(exc)
         if code:
             text = f"exited with code {exc.code!r}\n{traceback.format_exc()}"
-            sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text))
+            sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text, exit_code=code))
         return code
     except BaseException:
         text = traceback.format_exc()
         with contextlib.suppress(Exception):
             sys.stderr.write(text)
-        sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text))
+        sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text, exit_code=1))
         return 1
     return 0
 

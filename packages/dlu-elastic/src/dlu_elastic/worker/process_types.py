@@ -34,6 +34,7 @@ class ProcessEvent:
     step: int | None = None
     metric: float | None = None
     message: str | None = None
+    exit_code: int | None = None  # FAILURE: the code the process is exiting with
 
 
 @dataclass
