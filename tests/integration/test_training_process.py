@@ -443,3 +443,68 @@ def test_agent_store_serves_ranks_started_in_any_order(launcher: TrainingLaunche
     assert all(read_json(tmp_path / f"allreduce-{rank}.json")["sum"] == 10 for rank in range(4))
     assert hosted.poll() is None, "the store must outlive the round's processes"
     assert hosted.terminate(1.0) == -signal.SIGTERM
+
+
+@pytest.mark.timeout(120)
+def test_ranks_started_before_their_store_are_served_once_it_takes_the_listening_socket(
+    launcher: TrainingLauncher, tmp_path: Path
+) -> None:
+    """The agent's listening socket (store.listen) is handed to the store it forks beside its
+    rank: ranks that connect before the store serves are queued by the kernel, not refused."""
+    from dlu_elastic.worker import store
+
+    listener = store.listen("127.0.0.1")
+    port = int(listener.getsockname()[1])
+    try:
+        procs = [
+            launcher.start(
+                ProcessSpec(
+                    "elastic_workloads:allreduce_sum",
+                    env={**torchrun_env(rank, 4, port, tmp_path), store.AGENT_STORE_ENV: "True"},
+                    workdir=WORKDIR,
+                )
+            )
+            for rank in (3, 2, 1, 0)
+        ]
+        started: set[int] = set()
+
+        def all_started() -> bool:
+            started.update(p.pid for p in procs if any(e.kind is EventKind.STARTED for e in p.events()))
+            return len(started) == len(procs)
+
+        wait_until("every rank to be started", all_started)
+        # Nothing serves the port yet: the ranks' connections wait in the kernel's queue.
+        wait_until("the ranks' connections to be queued", lambda: queued_connections(port) >= 1)
+        assert all(p.poll() is None for p in procs), [p.last_failure for p in procs]
+        hosted = launcher.start(
+            ProcessSpec(
+                store.ENTRYPOINT,
+                env={store.HOST_ENV: "127.0.0.1", store.PORT_ENV: str(port)},
+                setup_process_group=False,
+                pass_fds=(listener.fileno(),),
+            )
+        )
+    finally:
+        listener.close()  # the store has its own copy
+    assert wait_all(procs) == [0, 0, 0, 0], [p.last_failure for p in procs]
+    assert all(read_json(tmp_path / f"allreduce-{rank}.json")["sum"] == 10 for rank in range(4))
+    assert hosted.poll() is None
+    assert hosted.terminate(1.0) == -signal.SIGTERM
+
+
+def queued_connections(port: int) -> int:
+    """Connections waiting to be accepted on the IPv4 socket listening on `port` (its rx_queue
+    in /proc/net/tcp)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if state == "0A" and int(local.split(":")[1], 16) == port:
+            return int(queues.split(":")[1], 16)
+    return 0
+
+
+def test_listen_names_the_host_it_cannot_bind() -> None:
+    from dlu_elastic.worker import store
+
+    with pytest.raises(OSError):
+        store.listen("192.0.2.1")  # TEST-NET-1: no address of this machine

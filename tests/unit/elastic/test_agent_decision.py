@@ -118,6 +118,7 @@ def agent(answers: list[Any]) -> tuple[ElasticWorkerActor, ScriptedMaster, list[
     actor._stop = threading.Event()  # type: ignore[attr-defined]
     actor._health = HealthSettings()
     actor._script_beats = False
+    actor._store = None  # this rank's agent hosts no store
     actor.result = None
     actor.finished_at = None
     actor.stage = ActorStage.RUNNING

@@ -202,7 +202,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         endpoint = self._endpoint()
         client = ElasticClient(endpoint["address"], endpoint["token"], timeout_s=10.0, wait_for_ready=True)
         try:
-            state = client.rendezvous(**self._join_args(), timeout_s=600.0)
+            state = client.rendezvous(**self._join_args(free_port(self.host)), timeout_s=600.0)
         finally:
             client.close()
         spec = self._process_spec(state, agent_store=False)  # this process hosts its own
@@ -238,22 +238,21 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self._client = self._connect()
         try:
             while not self._stop.is_set():
-                join = self._join_args()
-                hosting = self._start_store(join["free_port"])
+                listener = store.listen(self.host) if self.elastic.agent_store else None
                 try:
-                    state = self._client.rendezvous(**join, timeout_s=600.0)
-                except RendezvousError as exc:
-                    self._end_store()
-                    if exc.code in MASTER_GONE and self._master_moved():
-                        continue
-                    raise
-                if hosting is not None and (state.master_addr, state.master_port) != (
-                    self.host,
-                    join["free_port"],
-                ):
-                    self._end_store()  # another rank's agent hosts this round's store
-                self.rounds += 1
-                self._await_store()
+                    port = int(listener.getsockname()[1]) if listener is not None else free_port(self.host)
+                    try:
+                        state = self._client.rendezvous(**self._join_args(port), timeout_s=600.0)
+                    except RendezvousError as exc:
+                        if exc.code in MASTER_GONE and self._master_moved():
+                            continue
+                        raise
+                    self.rounds += 1
+                    if listener is not None and (state.master_addr, state.master_port) == (self.host, port):
+                        self._start_store(listener, port)  # not waited for: see store.py
+                finally:
+                    if listener is not None:
+                        listener.close()  # the store has its own copy
                 if self.process is not None:
                     self.process.terminate(2.0)  # the previous round's: gone before the next starts
                 self.process = self.launcher.start(self._process_spec(state))
@@ -269,33 +268,25 @@ class ElasticWorkerActor(ElasticAgentLoop):
             self._client.close()
 
     # the agent's TCPStore (see dlu_elastic.worker.store) ----------------------------------------
-    def _start_store(self, port: int) -> TrainingProcess | None:
-        """Fork a store at the port this agent offers; None when the role hosts none."""
-        if not self.elastic.agent_store:
-            return None
+    def _start_store(self, listener: socket.socket, port: int) -> None:
+        """Fork this round's store on the socket this agent offered the rendezvous."""
         env = {store.HOST_ENV: self.host, store.PORT_ENV: str(port)}
-        spec = ProcessSpec(store.ENTRYPOINT, env=env, setup_process_group=False, device=self._device())
+        spec = ProcessSpec(
+            store.ENTRYPOINT,
+            env=env,
+            setup_process_group=False,
+            device=self._device(),
+            pass_fds=(listener.fileno(),),
+        )
         self._store = self.launcher.start(spec)
-        return self._store
 
-    def _await_store(self, timeout_s: float = 30.0) -> None:
-        """Wait until this round's store (if this agent hosts it) listens.
-
-        Raises:
-            RuntimeError: it exited or did not listen within `timeout_s` (the round fails).
-        """
+    def _store_failure(self) -> str | None:
+        """Why the store this agent hosts for the round ended, if it did (the round cannot go on)."""
         hosted = self._store
-        if hosted is None:
-            return
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(e.kind is EventKind.HEARTBEAT for e in hosted.events()):
-                return
-            if hosted.poll() is not None:
-                break
-            time.sleep(0.002)
+        if hosted is None or hosted.ending_code() is None:
+            return None
         failure = (hosted.last_failure or "").strip().splitlines()
-        raise RuntimeError(f"the agent's TCPStore did not start: {failure[-1] if failure else 'timed out'}")
+        return f"the agent's TCPStore exited: {failure[-1] if failure else f'code {hosted.poll()}'}"
 
     def _end_store(self, wait: bool = False) -> None:
         hosted = getattr(self, "_store", None)
@@ -306,14 +297,15 @@ class ElasticWorkerActor(ElasticAgentLoop):
             else:
                 hosted.request_stop()  # a new round's store uses another port: no need to wait
 
-    def _join_args(self) -> dict[str, Any]:
+    def _join_args(self, port: int) -> dict[str, Any]:
+        """Join arguments offering `port` (this agent's store, if the round chooses it)."""
         info = self.info
         return {
             "agent_id": info.actor_name,
             "node_id": self.node_id or info.actor_name,
             "local_ranks": 1,
             "host": self.host,
-            "free_port": free_port(self.host),
+            "free_port": port,
             "node_rank_hint": info.node_rank * info.local_world_size + info.local_rank,
         }
 

@@ -64,6 +64,10 @@ class ElasticAgentLoop(WorkerActor):
     _token: str
     _script_beats: bool
 
+    def _store_failure(self) -> str | None:
+        """Why the round's store this agent hosts ended, if it did (see actor.py); None here."""
+        return None
+
     def _endpoint(self) -> dict[str, str]:
         import ray
 
@@ -132,6 +136,8 @@ class ElasticAgentLoop(WorkerActor):
                 hung = None
                 if code is None and watch.suspect(now):
                     hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
+                if code is None and hung is None:
+                    hung = self._store_failure()
                 if hung is not None:
                     logger.warning("%s: %s; killing it", self.info.actor_name, hung)
                     process.terminate(0.5)

@@ -286,7 +286,7 @@ class TrainingLauncher:
         alive_r, alive_w = os.pipe()
         args = (payload, dict(os.environ), list(sys.path))
         std_fds, opened = fds_for_child(spec.output)
-        fds = [writer.fileno(), alive_r, *std_fds]
+        fds = [writer.fileno(), alive_r, *std_fds, *spec.pass_fds]
         try:
             try:
                 pid, status = zygote.fork(self._socket or self.prepare(), zygote_child, args, fds)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind
-from dlu_elastic.worker.process_types import EventKind, ProcessEvent
+from dlu_elastic.worker.process_types import PASSED_FDS_ENV, EventKind, ProcessEvent
 from dlu_prime import zygote
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 
@@ -136,6 +136,7 @@ def zygote_child(
     alive_fd: int,
     stdout_fd: int,
     stderr_fd: int,
+    *passed_fds: int,
 ) -> int:
     """Entry of a training process in the zygote's fork: become the actor's process, run."""
     with contextlib.suppress(OSError):
@@ -151,6 +152,9 @@ def zygote_child(
         cast(Any, sys.stdout).reconfigure(line_buffering=True)
     os.environ.clear()
     os.environ.update(environ)
+    os.environ.pop(PASSED_FDS_ENV, None)  # the actor's own, if it was started this way
+    if passed_fds:
+        os.environ[PASSED_FDS_ENV] = ",".join(str(fd) for fd in passed_fds)
     sys.path[:] = path
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:

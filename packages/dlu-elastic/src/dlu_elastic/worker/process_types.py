@@ -16,6 +16,7 @@ from dlu_prime.worker.rank_logs import RankOutput
 BACKENDS = ("gloo", "nccl", "auto")
 # Set by the launcher on every process it starts; also where `current_worker().device` reads.
 DEVICE_ENV = "DLU_DEVICE"
+PASSED_FDS_ENV = "DLU_PASSED_FDS"  # `ProcessSpec.pass_fds` as the process numbers them
 
 
 class EventKind(StrEnum):
@@ -57,6 +58,8 @@ class ProcessSpec:
     the current CUDA device before an automatic NCCL process group.
     `output`: the rank's log files (opened for appending at each start); None: the process
     writes to the actor's stdout and stderr.
+    `pass_fds`: descriptors of the caller the process gets copies of (their numbers in the
+    process are in PASSED_FDS_ENV, comma-separated, in this order), such as a listening socket.
     """
 
     entrypoint: str
@@ -67,6 +70,7 @@ class ProcessSpec:
     device: str = "cpu"
     pg_timeout_s: float = 300.0
     output: RankOutput | None = None
+    pass_fds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
