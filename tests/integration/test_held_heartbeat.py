@@ -135,3 +135,30 @@ def test_a_beat_sent_without_blocking_hears_the_new_round_and_a_cancelled_one_is
             assert woken and woken[0] - asked < 10  # far inside the 30 s it asked to be held
     finally:
         master.server.stop(0)
+
+
+def test_a_halt_reaches_a_rank_that_trains_and_not_one_that_is_idle() -> None:
+    """While a failure is decided the master answers ACTION_HALT: a held beat of a rank whose
+    process runs hears it at once; an idle rank's held beat stays held for the decision."""
+    pending = Pending()
+    master = start(pending)
+    try:
+        round_ = form_round(master)
+        with master.client(timeout_s=5.0) as client:
+            training = client.heartbeat_async(round=round_, agent_id="agent-0", step=3, wait_s=30.0)
+            with ThreadPoolExecutor(1) as pool:
+                idle = pool.submit(
+                    client.heartbeat, round=round_, agent_id="agent-1", step=3, wait_s=30.0, idle=True
+                )
+                wait_until("both beats to be held", lambda: held_calls(master) == 2)
+                pending.action = pb.ACTION_HALT
+                master.server.wake_held()
+                assert training.action() == pb.ACTION_HALT
+                wait_until("the idle beat to be held again", lambda: held_calls(master) == 1)
+                assert not idle.done()
+                master.rendezvous.new_round()  # the decision: a new round
+                with pytest.raises(RendezvousError) as info:
+                    idle.result(timeout=10)
+                assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        master.server.stop(0)

@@ -342,6 +342,28 @@ def test_terminate_hung_process_and_its_children(launcher: TrainingLauncher, tmp
 
 
 @pytest.mark.timeout(60)
+def test_end_returns_once_the_process_is_gone_and_kills_its_group(
+    launcher: TrainingLauncher, tmp_path: Path
+) -> None:
+    """What a restart waits for before it forks the rank again: the old process gone (a zombie
+    at least: its memory is freed), its subprocesses killed; the exit code follows."""
+    proc = launcher.start(
+        ProcessSpec(
+            "elastic_workloads:hang",
+            env={"OUT_DIR": str(tmp_path)},
+            workdir=WORKDIR,
+            setup_process_group=False,
+        )
+    )
+    _wait_for_heartbeat(proc)
+    grandchild = read_json(tmp_path / "hang.json")["child"]
+    proc.end(grace_s=30.0)
+    assert gone(proc.pid)  # a zombie or reaped, right when end() returns
+    assert proc.wait(10) == -signal.SIGTERM
+    wait_until("the training process's own subprocess to end", lambda: gone(grandchild))
+
+
+@pytest.mark.timeout(60)
 def test_terminate_escalates_to_kill_after_grace(launcher: TrainingLauncher, tmp_path: Path) -> None:
     proc = launcher.start(
         ProcessSpec(

@@ -192,3 +192,24 @@ def test_a_finished_rank_waits_in_held_beats_after_its_first() -> None:
     actor, master, _ = agent([pb.ACTION_NONE, pb.ACTION_NONE, STALE])
     assert actor._finished(1, 0.001) is None  # rerun: a peer failed after this rank finished
     assert [c["wait_s"] > 0 for c in master.calls] == [False, True, True]
+
+
+HALT = pb.ACTION_HALT
+
+
+def test_a_halt_stops_the_process_and_waits_idle_for_the_decision() -> None:
+    """A peer failed and the master is deciding: this rank's process is stopped at once (every
+    decision ends it), nothing is reported as this rank's failure, and the decision is awaited
+    in idle held beats (a halt is no news to them)."""
+    actor, master, _ = agent([HALT, STALE])
+    process = ScriptedProcess([5, 6, 7, 8], code=None)
+    assert actor._watch(1, process) is None  # type: ignore[arg-type]  # the new round came
+    assert process.stop_requested
+    assert master.reports == []
+    assert [c.get("idle", False) for c in master.calls] == [False, True]
+
+
+def test_a_halt_then_a_stop_ends_the_rank() -> None:
+    actor, _, _ = agent([HALT, pb.ACTION_STOP])
+    result = actor._watch(1, ScriptedProcess([5, 6, 7, 8], code=None))  # type: ignore[arg-type]
+    assert result is not None and result.outcome is Outcome.FAILED

@@ -57,6 +57,7 @@ class ElasticMaster(SubMaster):
         self.restarts = 0
         self.stopping = False
         self._joined_round = -1  # a round whose failure joined a failover in flight
+        self._halted_round = -1  # a round whose failure is being decided (see _pending_action)
         self.last_failure = ""
         self._inplace = InPlaceTimer()
         self._blame = BlameWindow()
@@ -294,11 +295,15 @@ class ElasticMaster(SubMaster):
             self._note_inplace_done(took)
         if refresh and self._metrics is not None:
             self._metrics.refresh()
-        return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
+        return self._pending_action()
 
     def _pending_action(self) -> int:
-        """What a held heartbeat is told once it is: stop (the restart limit was reached)."""
-        return pb.ACTION_STOP if self.stopping else pb.ACTION_NONE
+        """What a beat is told (a held one once it is): stop (the restart limit was reached), or
+        halt while a failure of the current round is being decided. Read on the server's loop:
+        plain attributes, no lock."""
+        if self.stopping:
+            return pb.ACTION_STOP
+        return pb.ACTION_HALT if self._halted_round == self.rendezvous.round else pb.ACTION_NONE
 
     def _on_failure(self, report: pb.FailureReport) -> None:
         """A training process failed: restart every rank in place (tier 1), once per round
@@ -328,6 +333,10 @@ class ElasticMaster(SubMaster):
             if report.round != self.rendezvous.round or self.stopping or report.round == self._joined_round:
                 return  # the round already moved on, or waits for a failover: being handled
             self.last_failure = report.error
+            # Every decision ends the round's processes (a new round or a stop): the other ranks
+            # stop theirs now, while the PrimeMaster judges, not once it has.
+            self._halted_round = report.round
+            self.server.wake_held()
             message = (
                 f"round {report.round}: {report.agent} exited {report.exit_code}: {_last_line(report.error)}"
             )

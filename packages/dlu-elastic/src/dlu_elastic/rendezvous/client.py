@@ -230,11 +230,13 @@ class ElasticClient:
         timestamp: float | None = None,
         wait_s: float = 0.0,
         timeout_s: float | None = None,
+        idle: bool = False,
     ) -> pb.Action:
         """Send progress; returns what the master wants (ACTION_NONE, ACTION_RESTART, ACTION_STOP).
         With `wait_s` the master holds the call until it decides something (a new round comes
-        as FAILED_PRECONDITION); the call's deadline is `timeout_s` plus `wait_s`."""
-        request = self._beat_request(round, agent_id, step, metric, timestamp, wait_s)
+        as FAILED_PRECONDITION); the call's deadline is `timeout_s` plus `wait_s`. `idle`: this
+        agent runs no training process (it is not told ACTION_HALT)."""
+        request = self._beat_request(round, agent_id, step, metric, timestamp, wait_s, idle)
         return self._call("Heartbeat", self._stub.Heartbeat, request, self._held(timeout_s, wait_s)).action
 
     def heartbeat_async(
@@ -249,7 +251,7 @@ class ElasticClient:
     ) -> HeldBeat:
         """`heartbeat` without blocking: the caller waits on the returned call (a held beat is
         how a rank hears of a new round the moment it opens, while it watches its process)."""
-        request = self._beat_request(round, agent_id, step, metric, None, wait_s)
+        request = self._beat_request(round, agent_id, step, metric, None, wait_s, False)
         future = self._stub.Heartbeat.future(
             request, timeout=self._held(timeout_s, wait_s), wait_for_ready=self._wait_for_ready
         )
@@ -263,6 +265,7 @@ class ElasticClient:
         metric: float | None,
         timestamp: float | None,
         wait_s: float,
+        idle: bool,
     ) -> pb.HeartbeatRequest:
         return pb.HeartbeatRequest(
             job_token=self._token,
@@ -273,6 +276,7 @@ class ElasticClient:
             metric=0.0 if metric is None else metric,
             timestamp=time.time() if timestamp is None else timestamp,
             wait_s=wait_s,
+            idle=idle,
         )
 
     def report_failure(

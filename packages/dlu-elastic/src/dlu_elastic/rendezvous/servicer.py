@@ -97,13 +97,14 @@ class ElasticServicer:
         # A NaN or infinite metric is legitimate: a diverging loss is exactly what the master wants to see.
         self.rendezvous.require_member(request.agent_id, request.round)
         action = pb.ACTION_NONE if self._on_heartbeat is None else self._on_heartbeat(request)
-        return _response("on_heartbeat", action)
+        return _response("on_heartbeat", _for(request, action))
 
     def decision(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse | None:
         """For a held heartbeat: the master's answer once it has one, None while it has nothing
         to say. Raises StaleRoundError once the agent's round is superseded (a restart)."""
         self.rendezvous.require_member(request.agent_id, request.round)
         action = pb.ACTION_NONE if self._pending_action is None else self._pending_action()
+        action = _for(request, action)
         return None if action == pb.ACTION_NONE else _response("pending_action", action)
 
     def report_failure(self, request: pb.FailureReport) -> pb.Ack:
@@ -151,6 +152,11 @@ def _response(hook: str, action: pb.Action | int) -> pb.HeartbeatResponse:
 def _check_error_text(error: str) -> None:
     if len(error) > _MAX_ERROR_LENGTH:
         raise InvalidRequestError(f"error is {len(error)} characters long; the limit is {_MAX_ERROR_LENGTH}")
+
+
+def _for(request: pb.HeartbeatRequest, action: int) -> int:
+    """The master's action as this agent hears it: a halt is no news to an idle agent."""
+    return pb.ACTION_NONE if action == pb.ACTION_HALT and request.idle else action
 
 
 def _check_wait(wait_s: float) -> None:

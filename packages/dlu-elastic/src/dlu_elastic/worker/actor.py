@@ -254,7 +254,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
                     if listener is not None:
                         listener.close()  # the store has its own copy
                 if self.process is not None:
-                    self.process.terminate(2.0)  # the previous round's: gone before the next starts
+                    self.process.end(2.0)  # the previous round's: gone before the next starts
                 self.process = self.launcher.start(self._process_spec(state))
                 try:
                     outcome = self._watch(state.round, self.process)

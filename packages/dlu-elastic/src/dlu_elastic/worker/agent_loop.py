@@ -50,7 +50,7 @@ POLL_INTERVAL_S = 0.02  # the agent loop's tick; a process's exit wakes it at on
 # or a stop), so the restart is not left waiting for the agent's next beat; asked again after this.
 DECISION_HOLD_S = 1.0
 # Codes a call gets when the ElasticMaster died or was replaced (new address or token).
-_ACTIONS = {pb.ACTION_RESTART: "restart", pb.ACTION_STOP: "stop"}
+_ACTIONS = {pb.ACTION_RESTART: "restart", pb.ACTION_STOP: "stop", pb.ACTION_HALT: "halt"}
 MASTER_GONE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
 )
@@ -150,6 +150,9 @@ class ElasticAgentLoop(WorkerActor):
                 if beat is not None and beat.done():
                     action = self._beat_action(beat, held=True)
                     beat = None
+                    if action == "halt":  # a peer failed: every decision ends this process
+                        process.request_stop()
+                        action = self._wait_for_decision(round_, interval)
                     if action != "none":
                         process.request_stop()  # it dies while this agent joins the next round
                         if action == "stop":
@@ -178,7 +181,7 @@ class ElasticAgentLoop(WorkerActor):
         while not self._stop.is_set():
             asked = time.monotonic()
             try:
-                action = self._beat(round_, wait_s=held)
+                action = self._beat(round_, wait_s=held, idle=True)
             except RendezvousError as exc:  # not a refusal the protocol knows: keep the success
                 logger.warning(
                     "%s: finished, then the ElasticMaster refused a beat: %s", self.info.actor_name, exc
@@ -241,8 +244,9 @@ class ElasticAgentLoop(WorkerActor):
             timeout_s=HEARTBEAT_TIMEOUT_S,
         )
 
-    def _beat(self, round_: int, wait_s: float = 0.0) -> str:
-        """One heartbeat; with `wait_s` the master holds it until it decides (see the proto)."""
+    def _beat(self, round_: int, wait_s: float = 0.0, idle: bool = False) -> str:
+        """One heartbeat; with `wait_s` the master holds it until it decides (see the proto);
+        `idle`: no training process of this rank runs (a halt is no news)."""
         snapshot = self.health.snapshot()
         try:
             action = self._client.heartbeat(
@@ -252,6 +256,7 @@ class ElasticAgentLoop(WorkerActor):
                 metric=snapshot["metric"],
                 wait_s=wait_s,
                 timeout_s=HEARTBEAT_TIMEOUT_S,
+                idle=idle,
             )
         except RendezvousError as exc:
             return self._beat_refused(exc, held=wait_s > 0)
@@ -279,8 +284,8 @@ class ElasticAgentLoop(WorkerActor):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not self._stop.is_set():
             asked = time.monotonic()
-            action = self._beat(round_, wait_s=DECISION_HOLD_S)
-            if action != "none":
+            action = self._beat(round_, wait_s=DECISION_HOLD_S, idle=True)
+            if action in ("restart", "stop"):
                 return action
             time.sleep(max(0.0, interval - (time.monotonic() - asked)))
         return "stop"

@@ -28,11 +28,12 @@ class AfterSuccess(StrEnum):
 
 def after_success(action: str) -> AfterSuccess:
     """The next step of a rank whose process exited 0, from the master's answer to its beat:
-    "restart" (a new round), "stop" (training stopped) or "none" (training goes on)."""
+    "restart" (a new round), "stop" (training stopped), "none" (training goes on) or "halt" (a
+    peer failed and the master decides: this rank, idle, waits as for "none")."""
     if action == "restart":
         return AfterSuccess.RERUN
     if action == "stop":
         return AfterSuccess.DONE
-    if action == "none":
+    if action in ("none", "halt"):
         return AfterSuccess.WAIT
     raise ValueError(f"unknown ElasticMaster action {action!r}; expected restart, stop or none")

@@ -81,6 +81,7 @@ class TrainingProcess:
         self._beaten = False
         self._exit_code: int | None = None
         self._exited = threading.Event()
+        self._gone = threading.Event()  # exited, or a zombie: see end()
         # Set when something its watcher acts on arrives (the exit, a failure, the first beat,
         # any other event but later beats, which are read at the watcher's own pace); the
         # watcher may set it too, for news of its own, and clears it before it reads.
@@ -131,6 +132,19 @@ class TrainingProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)  # orphans; the group exists only while they do
         return code
+
+    def end(self, grace_s: float = 5.0) -> None:
+        """`terminate()` before a restart: SIGTERM, SIGKILL after `grace_s`, and back as soon as
+        the process is a zombie (its memory and devices are freed by then), not once the zygote
+        has reaped it and passed its exit code on: the zygote is busiest exactly then, forking
+        the next round's processes. Whatever is left of its group is killed too."""
+        if not self._gone.is_set():
+            self._signal(signal.SIGTERM)
+            if not self._gone.wait(grace_s):
+                self._signal(signal.SIGKILL)
+                self._gone.wait(10.0)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
 
     def request_stop(self) -> None:
         """SIGTERM to the process group, without waiting (`terminate()` later waits and kills)."""
@@ -183,6 +197,8 @@ class TrainingProcess:
                         self._push(conn.recv())
                     except (EOFError, OSError):
                         conn = None  # closed (grandchildren may keep it open; then only the exit)
+                        if _became_zombie(self.pid):
+                            self._gone.set()
                     continue
                 code = self._read_exit()
             while conn is not None and conn.poll(0):  # what it sent before exiting
@@ -192,6 +208,7 @@ class TrainingProcess:
         finally:
             self._exit_code = code if code is not None else -signal.SIGKILL
             self._exited.set()
+            self._gone.set()
             self.activity.set()
             for close in (self._conn.close, self._status.close, lambda: os.close(self._alive_fd)):
                 with contextlib.suppress(OSError):
@@ -209,6 +226,20 @@ class TrainingProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         return -signal.SIGKILL
+
+
+def _became_zombie(pid: int, tries: int = 20) -> bool:
+    """Whether `pid` exited (a zombie, or already reaped), looking for up to ~10 ms: a process's
+    pipes close during its exit just before it becomes a zombie."""
+    for _ in range(tries):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True  # reaped already
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.0005)
+    return False
 
 
 _live: weakref.WeakSet[TrainingProcess] = weakref.WeakSet()

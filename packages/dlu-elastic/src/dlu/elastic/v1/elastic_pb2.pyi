@@ -11,9 +11,11 @@ class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_NONE: _ClassVar[Action]
     ACTION_RESTART: _ClassVar[Action]
     ACTION_STOP: _ClassVar[Action]
+    ACTION_HALT: _ClassVar[Action]
 ACTION_NONE: Action
 ACTION_RESTART: Action
 ACTION_STOP: Action
+ACTION_HALT: Action
 
 class JoinRequest(_message.Message):
     __slots__ = ("job_token", "node_id", "node_rank_hint", "local_ranks", "agent_id", "host", "free_port", "wait_s")
@@ -102,7 +104,7 @@ class NodeCheckReport(_message.Message):
     def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., node_id: _Optional[str] = ..., elapsed_s: _Optional[float] = ..., success: _Optional[bool] = ..., error: _Optional[str] = ..., check_round: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("job_token", "round", "agent_id", "step", "has_metric", "metric", "timestamp", "wait_s")
+    __slots__ = ("job_token", "round", "agent_id", "step", "has_metric", "metric", "timestamp", "wait_s", "idle")
     JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +113,7 @@ class HeartbeatRequest(_message.Message):
     METRIC_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
     job_token: str
     round: int
     agent_id: str
@@ -119,7 +122,8 @@ class HeartbeatRequest(_message.Message):
     metric: float
     timestamp: float
     wait_s: float
-    def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., step: _Optional[int] = ..., has_metric: _Optional[bool] = ..., metric: _Optional[float] = ..., timestamp: _Optional[float] = ..., wait_s: _Optional[float] = ...) -> None: ...
+    idle: bool
+    def __init__(self, job_token: _Optional[str] = ..., round: _Optional[int] = ..., agent_id: _Optional[str] = ..., step: _Optional[int] = ..., has_metric: _Optional[bool] = ..., metric: _Optional[float] = ..., timestamp: _Optional[float] = ..., wait_s: _Optional[float] = ..., idle: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("action",)
