@@ -58,6 +58,7 @@ class ElasticMaster(SubMaster):
         self.stopping = False
         self._joined_round = -1  # a round whose failure joined a failover in flight
         self._halted_round = -1  # a round whose failure is being decided (see _pending_action)
+        self._prime: Any = None  # the PrimeMaster's handle, once looked up
         self.last_failure = ""
         self._inplace = InPlaceTimer()
         self._blame = BlameWindow()
@@ -382,13 +383,16 @@ class ElasticMaster(SubMaster):
         deadline = time.monotonic() + PRIME_ANSWER_S
         while True:
             try:
-                master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+                # looked up once: a GCS round trip each time, on the path of every restart
+                master = self._prime or ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+                self._prime = master
                 decision: Any = ray.get(
                     master.note_inplace_restart.remote(self.role, message, agent, error), timeout=30
                 )
                 assert isinstance(decision, InPlaceDecision)
                 return decision
             except (ActorUnavailableError, RayActorError, GetTimeoutError, ValueError) as exc:
+                self._prime = None
                 if time.monotonic() >= deadline:
                     raise
                 logger.info("role %s: the PrimeMaster did not answer (%s); asking again", self.role, exc)

@@ -153,8 +153,14 @@ class WorkerActor:
         if not ray.is_initialized():
             return
         try:
-            ray.get_actor(master_name(self.info.job), namespace=NAMESPACE).wake.remote()
+            # Looked up once (a GCS round trip each time, on the path of a restart's first step);
+            # a handle stays valid across the PrimeMaster's restarts.
+            master = getattr(self, "_master_handle", None)
+            if master is None:
+                master = self._master_handle = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
+            master.wake.remote()
         except Exception as exc:  # the poll still finds the report
+            self._master_handle = None
             logger.debug("%s: could not wake the PrimeMaster: %s", self.info.actor_name, exc)
 
     # lifecycle hooks -------------------------------------------------------------------------
