@@ -63,29 +63,29 @@ def training_again(job: str, events_before: int, kinds: set[str], beyond: int | 
     return wait("training again", recovered)
 
 
-def ranks_past(job: str, step: int) -> float:
-    """Time when every rank reported a step past `step` (the crash step: only restarted processes
-    pass it), then checks that the restart was the in-place tier's.
+def in_place_done(job: str, crash_at: int, crashed_wall: float) -> float:
+    """Seconds from the crash (wall clock) to the moment the job's timeline recorded every rank
+    training again after the in-place restart: the ElasticMaster's `failover_done` event, sent
+    when the last rank's first step of the new round reached it (`inplace_timer.py`), stamped by
+    the PrimeMaster that recorded it. The event carries its own time, so it is looked for every
+    0.1 s: polling the status every 20 ms instead cost the PrimeMaster and this process CPU taken
+    from the restart being timed, and added up to 20 ms of its own. Checks that every rank's
+    step then passed the crash step (only restarted processes pass it)."""
+    found: list[Any] = []
 
-    Steps are read with the PrimeMaster's `get_step` debug call, what `dlu debug get_step`
-    shows (the same figures as the status): a full status every 20 ms cost the PrimeMaster and
-    this process a few milliseconds of CPU each, taken from the restart being timed."""
-    import ray
+    def recorded() -> bool:
+        current = status(job)
+        done = (
+            []
+            if current is None
+            else [e for e in current.events if e.kind == "failover_done" and e.tier == "in_place"]
+        )
+        found.extend(done[:1])
+        return bool(done)
 
-    from dlu_prime import launcher
-
-    master = launcher.get_master(job)
-    assert master is not None, f"job {job} has no PrimeMaster"
-
-    def recovered() -> bool:
-        now: dict[str, int | None] = ray.get(master.debug.remote("get_step", "trainer"), timeout=30)
-        return len(now) == 4 and all(s is not None and s > step for s in now.values())
-
-    at = wait("training again", recovered)
-    final = status(job)
-    if final is None or not any(e.kind == "inplace_restart" for e in final.events):
-        raise SystemExit("the ranks trained again, but the job recorded no in-place restart")
-    return at
+    wait("the in-place restart's end on the timeline", recorded, every=0.1)
+    wait("every rank past the crash step", lambda: all(s > crash_at for s in steps(status(job)).values()))
+    return found[0].time - crashed_wall
 
 
 def pid_of(actor: str, method: str = "status") -> int:
@@ -115,8 +115,8 @@ def main() -> None:
     # tier 1: the training process of rank 1 raises at step 15 (marker file = fault time)
     marker = ckpt / f"crashed-at-{crash_at}"
     wait("the injected crash", marker.exists, every=0.005)
-    fault_mono = time.monotonic() - (time.time() - marker.stat().st_mtime)
-    results["in_place"] = ranks_past(name, crash_at) - fault_mono
+    wait("the crash time in the marker", lambda: bool(marker.read_text().strip()), every=0.005)
+    results["in_place"] = in_place_done(name, crash_at, float(marker.read_text()))
 
     # tier 2: SIGKILL an ElasticWorker actor
     time.sleep(2.0)

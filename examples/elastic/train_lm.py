@@ -10,7 +10,8 @@ trains on a fixed global batch (`--global-batch`), shared by the ranks through D
 shrinks or grows, a step computes what it would have at the old size.
 
 Fault injection for tests and benchmarks: `--crash-at-step N` makes rank `--crash-rank` exit
-with an error once at step N (a marker file in the checkpoint directory keeps it to once);
+with an error once at step N (a marker file in the checkpoint directory, holding the time of the
+crash, keeps it to once);
 `--pid-dir D` appends "pid start-time" of every training process to `D/<actor>.pids`, so a
 fault injector can find (and signal) the process of a given rank.
 """
@@ -258,7 +259,7 @@ def main() -> None:
         if step == args.crash_at_step and rank == args.crash_rank:
             marker = ckpt_dir / f"crashed-at-{step}"
             if not marker.exists():
-                marker.touch()
+                marker.write_text(f"{time.time():.6f}\n")  # when it crashed (benchmarks time from it)
                 raise RuntimeError(f"injected crash at step {step} on rank {rank}")
         # This rank's share of a fixed global batch (the world may differ after a resize): the
         # sum of its samples' losses, scaled so DDP's average is the global batch's mean.

@@ -365,7 +365,8 @@ class ElasticMaster(SubMaster):
         if not ray.is_initialized():
             return
         try:
-            master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+            master = self._prime or ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+            self._prime = master
         except ValueError:
             return  # the PrimeMaster is being rebuilt: the metric has the figure
         message = f"every rank training again {took:.2f}s after the in-place restart"
