@@ -162,3 +162,17 @@ def test_a_halt_reaches_a_rank_that_trains_and_not_one_that_is_idle() -> None:
                 assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         master.server.stop(0)
+
+
+def test_stopping_the_master_answers_held_beats_instead_of_spending_its_grace_on_them() -> None:
+    """Every training rank has a beat held: a master stopping with a grace period (the job's
+    end) answers them at once (nothing decided) and stops, instead of waiting out the holds."""
+    master = start(Pending())
+    round_ = form_round(master)
+    with master.client(timeout_s=5.0) as client:
+        beat = client.heartbeat_async(round=round_, agent_id="agent-0", step=3, wait_s=30.0)
+        wait_until("the beat to be held", lambda: held_calls(master) == 1)
+        with ThreadPoolExecutor(1) as pool:
+            stopping = pool.submit(master.server.stop, 30.0)
+            assert beat.action() == pb.ACTION_NONE  # answered, not cut off
+            stopping.result(timeout=10)  # far inside its 30 s grace and the beat's 30 s hold

@@ -532,8 +532,11 @@ def test_stopping_the_server_ends_held_calls() -> None:
     with master.client(timeout_s=5.0) as client, ThreadPoolExecutor(1) as pool:
         held = pool.submit(client.join, **join_args(0), wait_s=30.0)
         wait_until("the join to be held", lambda: held_calls(master) == 1)
-        finishes(lambda: master.server.stop(0))  # grace 0: it cancels the held call, not waits
+        finishes(lambda: master.server.stop(0))  # it ends the held call, not waits for it
         master.server.stop(0)  # idempotent
-        with pytest.raises(RendezvousError) as info:
-            held.result(timeout=10)
-        assert info.value.code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+        try:  # answered with what it had (the round incomplete), or cut off
+            answer = held.result(timeout=10)
+        except RendezvousError as exc:
+            assert exc.code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+        else:
+            assert answer.accepted and not answer.state.complete

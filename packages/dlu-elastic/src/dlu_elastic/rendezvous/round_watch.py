@@ -36,6 +36,7 @@ class RoundWatch:
         self._slots: dict[int, list[asyncio.Future[None]]] = {}
         self._held = 0
         self._ticker: asyncio.Task[None] | None = None
+        self._released = False
         self.remove = rendezvous.add_listener(self._notify)
 
     @property
@@ -46,6 +47,13 @@ class RoundWatch:
     def wake(self) -> None:
         """Have every held call check again (something besides the rounds changed). Any thread."""
         self._notify()
+
+    def release(self) -> None:
+        """Answer every held call now, and any call from now on at once, with what it has (the
+        server is stopping: its grace period is for calls being served, not for long polls,
+        which every rank has one of). On the loop."""
+        self._released = True
+        self._fire()
 
     def _notify(self) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is held
@@ -74,7 +82,7 @@ class RoundWatch:
         try:
             while True:
                 found = ready()
-                if found is not None or loop.time() >= answer_at:
+                if found is not None or self._released or loop.time() >= answer_at:
                     return found
                 waiters = self._slots.get(slot)
                 if waiters is None:

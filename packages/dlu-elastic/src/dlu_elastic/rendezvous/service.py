@@ -258,14 +258,16 @@ class RunningServer:
         return not self._stopped and self.thread.is_alive() and self.loop.is_running()
 
     def stop(self, grace: float | None = None) -> None:
-        """Stop accepting calls, let running ones finish for `grace` seconds, then cancel them
-        (held calls included). Idempotent."""
+        """Stop accepting calls, answer held calls at once with what they have, let running ones
+        finish for `grace` seconds, then cancel them. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
         watch, refused = self.watch, self.refusals
 
         async def shutdown() -> None:
+            if watch is not None:
+                watch.release()  # held calls answer now: the grace is not spent waiting on them
             await self.server.stop(grace)
             if watch is not None:
                 watch.close()
