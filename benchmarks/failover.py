@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -25,11 +26,16 @@ from reference import ROOT, fresh_status, reference_spec, status, wait
 BUDGETS: dict[str, float | None] = {"in_place": 0.25, "role": 2.0, "sub_master": None, "master": 1.0}
 
 
-def spec(ckpt: Path, crash_at: int) -> Any:
+# Checkpoint steps (the restarted processes resume there, the old ones never pass them), one
+# in-place restart each: the tier's figure is their median, as the other tiers' benchmarks give.
+CRASH_STEPS = (15, 30, 45)
+
+
+def spec(ckpt: Path) -> Any:
     return reference_spec(
         "bench-failover",
         f"--steps 400 --step-seconds 0.1 --checkpoint-every 5 --checkpoint-dir {ckpt} "
-        f"--crash-at-step {crash_at} --crash-rank 1",
+        f"--crash-at-step {','.join(map(str, CRASH_STEPS))} --crash-rank 1",
     )
 
 
@@ -78,7 +84,11 @@ def in_place_done(job: str, crash_at: int, crashed_wall: float) -> float:
         done = (
             []
             if current is None
-            else [e for e in current.events if e.kind == "failover_done" and e.tier == "in_place"]
+            else [
+                e
+                for e in current.events
+                if e.kind == "failover_done" and e.tier == "in_place" and e.time > crashed_wall
+            ]
         )
         found.extend(done[:1])
         return bool(done)
@@ -106,17 +116,23 @@ def main() -> None:
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-bf-", dir="/tmp"))
     ray_env.init_local(num_cpus=8)
     ckpt = Path(tempfile.mkdtemp(prefix="dlu-bf-ckpt-"))
-    crash_at = 15  # a checkpoint step: the restarted processes resume there, the old ones never pass it
-    job = spec(ckpt, crash_at)
+    job = spec(ckpt)
     launcher.submit_job(job, str(ROOT))
     name = job.name
     results: dict[str, float] = {}
 
-    # tier 1: the training process of rank 1 raises at step 15 (marker file = fault time)
-    marker = ckpt / f"crashed-at-{crash_at}"
-    wait("the injected crash", marker.exists, every=0.005)
-    wait("the crash time in the marker", lambda: bool(marker.read_text().strip()), every=0.005)
-    results["in_place"] = in_place_done(name, crash_at, float(marker.read_text()))
+    # tier 1: the training process of rank 1 raises at each crash step (its marker file holds
+    # the time of the crash)
+    in_place: list[float] = []
+    for crash_at in CRASH_STEPS:
+        marker = ckpt / f"crashed-at-{crash_at}"
+        wait("the injected crash", marker.exists, every=0.005)
+        wait("the crash time in the marker", lambda m=marker: bool(m.read_text().strip()), every=0.005)
+        in_place.append(in_place_done(name, crash_at, float(marker.read_text())))
+    results["in_place"] = statistics.median(in_place)
+    print(
+        "in-place restarts, crash -> every rank training again: " + ", ".join(f"{s:.3f} s" for s in in_place)
+    )
 
     # tier 2: SIGKILL an ElasticWorker actor
     time.sleep(2.0)
@@ -159,7 +175,7 @@ def main() -> None:
         print(f"  {tier:<10} fault -> all ranks training again: {seconds:6.2f} s ({verdict})")
     print(f"  PrimeMaster restart caused {worker_restarts} worker restart(s) (budget 0)")
     labels = {
-        "in_place": "training-process crash -> all ranks training again (in-place tier)",
+        "in_place": "training-process crash -> all ranks training again (in-place tier, median of 3)",
         "role": "ElasticWorker actor killed -> training again (role tier)",
         "sub_master": "ElasticMaster killed -> training again (SubMaster tier)",
         "master": "PrimeMaster killed while RUNNING -> monitoring resumed",

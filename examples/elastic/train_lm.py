@@ -9,9 +9,9 @@ trains on a fixed global batch (`--global-batch`), shared by the ranks through D
 `batch_share`, so the effective batch is the same at any world size: after an elastic role
 shrinks or grows, a step computes what it would have at the old size.
 
-Fault injection for tests and benchmarks: `--crash-at-step N` makes rank `--crash-rank` exit
-with an error once at step N (a marker file in the checkpoint directory, holding the time of the
-crash, keeps it to once);
+Fault injection for tests and benchmarks: `--crash-at-step N` (or `N,M,...`) makes rank
+`--crash-rank` exit with an error once at each of these steps (a marker file in the checkpoint
+directory, holding the time of the crash, keeps each to once);
 `--pid-dir D` appends "pid start-time" of every training process to `D/<actor>.pids`, so a
 fault injector can find (and signal) the process of a given rank.
 """
@@ -201,7 +201,12 @@ def main() -> None:
         "--micro-batch", type=int, default=None, help="samples per forward pass (gradient accumulation)"
     )
     parser.add_argument("--checkpoint-every", type=int, default=5)
-    parser.add_argument("--crash-at-step", type=int, default=-1)
+    parser.add_argument(
+        "--crash-at-step",
+        type=lambda text: {int(step) for step in text.split(",")},
+        default=set[int](),
+        help="crash once at each of these steps (comma-separated)",
+    )
     parser.add_argument("--crash-rank", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument(
@@ -256,7 +261,7 @@ def main() -> None:
         if step >= stop_step(args.stop_file, args.steps):
             break
         began = time.perf_counter()
-        if step == args.crash_at_step and rank == args.crash_rank:
+        if step in args.crash_at_step and rank == args.crash_rank:
             marker = ckpt_dir / f"crashed-at-{step}"
             if not marker.exists():
                 marker.write_text(f"{time.time():.6f}\n")  # when it crashed (benchmarks time from it)
