@@ -216,7 +216,7 @@ class ElasticAgentLoop(WorkerActor):
     ) -> Result | None:
         """Report this rank's failure and wait for the master's decision. The process may still
         be in its teardown (its FAILURE event came first): the next round's process is forked
-        only once it has exited (`actor._train`), so a GPU's memory is free by then."""
+        only once it has exited (`_train` in actor.py), so a GPU's memory is free by then."""
         error = hung or process.last_failure or f"training process exited with code {code}"
         try:
             self._client.report_failure(
