@@ -170,9 +170,11 @@ def test_stopping_the_master_answers_held_beats_instead_of_spending_its_grace_on
     master = start(Pending())
     round_ = form_round(master)
     with master.client(timeout_s=5.0) as client:
-        beat = client.heartbeat_async(round=round_, agent_id="agent-0", step=3, wait_s=30.0)
+        beat = client.heartbeat_async(round=round_, agent_id="agent-0", step=3, wait_s=55.0)
         wait_until("the beat to be held", lambda: held_calls(master) == 1)
         with ThreadPoolExecutor(1) as pool:
-            stopping = pool.submit(master.server.stop, 30.0)
+            stopping = pool.submit(master.server.stop, 55.0)
+            # far inside the beat's 55 s hold and the server's 55 s grace
+            wait_until("the held beat to be answered", beat.done, timeout_s=15.0)
             assert beat.action() == pb.ACTION_NONE  # answered, not cut off
-            stopping.result(timeout=10)  # far inside its 30 s grace and the beat's 30 s hold
+            stopping.result(timeout=15)
