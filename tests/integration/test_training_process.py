@@ -323,18 +323,23 @@ def _wait_for_heartbeat(proc: TrainingProcess, timeout: float = 30.0) -> list[Pr
     raise AssertionError(f"no heartbeat within {timeout} s: {seen}")
 
 
-@pytest.mark.timeout(60)
-def test_terminate_hung_process_and_its_children(launcher: TrainingLauncher, tmp_path: Path) -> None:
+def _hanging(launcher: TrainingLauncher, out_dir: Path) -> tuple[TrainingProcess, int]:
+    """A process that runs forever with a subprocess of its own, once it beat; (it, the subprocess's pid)."""
     proc = launcher.start(
         ProcessSpec(
             "elastic_workloads:hang",
-            env={"OUT_DIR": str(tmp_path)},
+            env={"OUT_DIR": str(out_dir)},
             workdir=WORKDIR,
             setup_process_group=False,
         )
     )
     _wait_for_heartbeat(proc)
-    grandchild = read_json(tmp_path / "hang.json")["child"]
+    return proc, int(read_json(out_dir / "hang.json")["child"])
+
+
+@pytest.mark.timeout(60)
+def test_terminate_hung_process_and_its_children(launcher: TrainingLauncher, tmp_path: Path) -> None:
+    proc, grandchild = _hanging(launcher, tmp_path)
     assert proc.poll() is None
     # -SIGTERM, not -SIGKILL: it ended on the SIGTERM, before any escalation
     assert proc.terminate(grace_s=30.0) == -signal.SIGTERM
@@ -347,16 +352,7 @@ def test_end_returns_once_the_process_is_gone_and_kills_its_group(
 ) -> None:
     """What a restart waits for before it forks the rank again: the old process gone (a zombie
     at least: its memory is freed), its subprocesses killed; the exit code follows."""
-    proc = launcher.start(
-        ProcessSpec(
-            "elastic_workloads:hang",
-            env={"OUT_DIR": str(tmp_path)},
-            workdir=WORKDIR,
-            setup_process_group=False,
-        )
-    )
-    _wait_for_heartbeat(proc)
-    grandchild = read_json(tmp_path / "hang.json")["child"]
+    proc, grandchild = _hanging(launcher, tmp_path)
     proc.end(grace_s=30.0)
     assert gone(proc.pid)  # a zombie or reaped, right when end() returns
     assert proc.wait(10) == -signal.SIGTERM
