@@ -154,7 +154,7 @@ def test_a_cancelled_beat_that_was_not_held_is_still_an_error() -> None:
 
 
 def test_the_first_beat_of_a_process_wakes_the_prime_master_once() -> None:
-    actor, master, wakes = agent([pb.ACTION_NONE] * 10 + [STALE])
+    actor, master, wakes = agent([pb.ACTION_NONE] * 3 + [STALE])
     result = actor._watch(1, ScriptedProcess([16, 17, 18], code=1))  # type: ignore[arg-type]
     assert result is None  # the failure was reported, then the master restarted training
     assert wakes == ["wake"]
@@ -213,3 +213,38 @@ def test_a_halt_then_a_stop_ends_the_rank() -> None:
     actor, _, _ = agent([HALT, pb.ACTION_STOP])
     result = actor._watch(1, ScriptedProcess([5, 6, 7, 8], code=None))  # type: ignore[arg-type]
     assert result is not None and result.outcome is Outcome.FAILED
+
+
+class HungProcess(ScriptedProcess):
+    """Beats once, then is silent and running (stopped: never seen waiting); notes its kill."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__([5], code=None)
+        self.log = log
+        self.killed = False
+
+    def poll(self) -> int | None:
+        return -9 if self.killed else None
+
+    def ending_code(self) -> int | None:
+        return self.poll()
+
+    def terminate(self, grace_s: float = 5.0) -> int | None:
+        self.log.append("kill")
+        self.killed = True
+        return -9
+
+
+def test_a_hung_process_is_reported_before_it_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killing a hung rank fails its peers' collectives: they wake up running and silent, so
+    its failure must reach the master (which halts them) before the kill, not after."""
+    monkeypatch.setattr("dlu_elastic.worker.agent_loop.process_state", lambda pid: "T")
+    actor, master, _ = agent([pb.ACTION_NONE, STALE])  # one beat in its watch, then the decision
+    actor._health = HealthSettings(heartbeat_timeout_s=0.05)
+    log: list[str] = []
+    master.report_failure = lambda **call: (log.append("report"), master.reports.append(call))  # type: ignore[method-assign]
+    process = HungProcess(log)
+    assert actor._watch(1, process) is None  # type: ignore[arg-type]  # restarted in a new round
+    assert log == ["report", "kill"]
+    assert master.reports[0]["exit_code"] == -9
+    assert "sent no heartbeat" in master.reports[0]["error"]

@@ -58,6 +58,25 @@ def test_a_waiting_process_gets_a_grace_so_the_hung_peer_is_blamed_first() -> No
     assert blocked.verdict(10.05 + 2.0 * (1 + WAITING_GRACE) + 0.01, waiting=True) is not None
 
 
+def test_a_peer_seen_waiting_keeps_its_grace_when_it_wakes_silent() -> None:
+    """Killing the hung rank fails its peers' collectives: a peer seen blocked (sleeping) past
+    its timeout, then running and still silent, is not blamed before its grace ends; a beat
+    ends that silence and the grace with it."""
+    peer = ProcessWatch(2.0, None)
+    peer.beat(5, 10.0)
+    assert peer.judge(12.1, waiting=True) is None
+    assert peer.judge(12.5, waiting=False) is None  # woken by the kill, still silent
+    assert peer.judge(10.0 + 2.0 * (1 + WAITING_GRACE) + 0.01, waiting=False) is not None
+    peer.beat(6, 20.0)
+    assert peer.judge(22.1, waiting=False) is not None  # a new silence: never seen waiting
+
+
+def test_a_running_process_never_seen_waiting_is_judged_at_its_timeout() -> None:
+    hung = ProcessWatch(2.0, None)
+    hung.beat(5, 10.0)
+    assert hung.judge(12.1, waiting=False) is not None
+
+
 def test_process_state_reads_the_kernel() -> None:
     import os
     import signal

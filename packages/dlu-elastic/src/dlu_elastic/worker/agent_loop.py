@@ -48,6 +48,10 @@ def heartbeat_interval(world_size: int) -> float:
     return max(MIN_HEARTBEAT_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
 
 
+# A hung process is reported first and killed after: killing it first fails its peers'
+# collectives, and a peer then seen running and silent past its timeout would be blamed too.
+HUNG_EXIT_CODE = -9  # reported for it: SIGKILL after the grace (a stopped process ignores SIGTERM)
+HUNG_KILL_GRACE_S = 0.5
 POLL_INTERVAL_S = 0.02  # the agent loop's tick; a process's exit wakes it at once
 # After a failure report the agent's beat is held by the master until it decides (a new round,
 # or a stop), so the restart is not left waiting for the agent's next beat; asked again after this.
@@ -138,14 +142,12 @@ class ElasticAgentLoop(WorkerActor):
                 code = process.ending_code()
                 hung = None
                 if code is None and watch.suspect(now):
-                    hung = watch.verdict(now, waiting=process_state(process.pid) in WAITING_STATES)
+                    hung = watch.judge(now, waiting=process_state(process.pid) in WAITING_STATES)
                 if code is None and hung is None:
                     hung = self._store_failure()
-                if hung is not None:
+                if hung is not None:  # reported before the kill: its peers wake when it dies
                     logger.warning("%s: %s; killing it", self.info.actor_name, hung)
-                    process.terminate(0.5)
-                    code = process.poll()
-                    code = code if code is not None else -9
+                    return self._failed(round_, process, HUNG_EXIT_CODE, hung, interval)
                 if code == 0:
                     return self._finished(round_, interval)
                 if code is not None:
@@ -214,8 +216,8 @@ class ElasticAgentLoop(WorkerActor):
     def _failed(
         self, round_: int, process: TrainingProcess, code: int, hung: str | None, interval: float
     ) -> Result | None:
-        """Report this rank's failure and wait for the master's decision. The process may still
-        be in its teardown (its FAILURE event came first): the next round's process is forked
+        """Report this rank's failure and wait for the master's decision; a `hung` process is
+        killed once reported. The process may still be in its teardown (its FAILURE event came first): the next round's process is forked
         only once it has exited (`_train` in actor.py), so a GPU's memory is free by then."""
         error = hung or process.last_failure or f"training process exited with code {code}"
         try:
@@ -231,6 +233,9 @@ class ElasticAgentLoop(WorkerActor):
                 return None  # the new master knows nothing of this round: join again
             if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
                 raise
+        finally:
+            if hung is not None:  # a hung process: reported first, killed now (see HUNG_EXIT_CODE)
+                process.terminate(HUNG_KILL_GRACE_S)
         action = self._wait_for_decision(round_, interval)
         return None if action == "restart" else Result(Outcome.FAILED, error)
 

@@ -14,7 +14,9 @@ about the same moment. So a process that is *waiting* (sleeping in the kernel, a
 collective is) gets a grace on top of the timeout, while one that is stopped or spinning is
 judged at once: the hung rank is found and restarted first, and the round it opens releases the
 waiting peers without blaming them. If every rank waits (a true distributed deadlock) the first
-one past its grace is blamed.
+one past its grace is blamed. A process seen waiting once past its timeout keeps its grace until
+it beats again: when the hung rank is killed, the peers' collectives fail and their processes
+wake up running, still silent, an instant before their own failure or the new round reaches them.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ class ProcessWatch:
     last_beat_at: float | None = None
     step: int | None = None
     step_moved_at: float | None = None
+    waited: bool = False  # seen waiting since its last beat, once past a timeout: it keeps the grace
 
     def beat(self, step: int | None, now: float) -> None:
         self.last_beat_at = now
+        self.waited = False
         if step is not None and step != self.step:
             self.step = step
             self.step_moved_at = now
@@ -62,7 +66,7 @@ class ProcessWatch:
     def verdict(self, now: float, waiting: bool = False) -> str | None:
         """Why the process counts as hung now, or None while it is fine. `waiting`: the process
         sleeps in the kernel (maybe blocked on a hung peer), so it gets the grace."""
-        grace = 1.0 + WAITING_GRACE if waiting else 1.0
+        grace = 1.0 + WAITING_GRACE if waiting or self.waited else 1.0
         timeout = self.heartbeat_timeout_s
         if self.last_beat_at is None:
             due = None if timeout is None else timeout * FIRST_BEAT_ALLOWANCE * grace
@@ -79,6 +83,12 @@ class ProcessWatch:
         if hang is not None and self.step_moved_at is not None and now - self.step_moved_at > hang * grace:
             return f"training step stuck at {self.step} for {now - self.step_moved_at:.1f}s (hang timeout {hang:g}s)"
         return None
+
+    def judge(self, now: float, waiting: bool) -> str | None:
+        """`verdict` for a suspect process whose state was just read: one seen waiting keeps its
+        grace for the rest of this silence."""
+        self.waited = self.waited or waiting
+        return self.verdict(now, waiting)
 
     def suspect(self, now: float) -> bool:
         """Past a timeout without the grace: worth reading the process' state to judge it."""
