@@ -9,7 +9,11 @@ per step, the last rank raising at step 3 of the first attempt). The run passes 
 - the first attempt's crashing rank exits non-zero and the second attempt exits 0 on NCCL;
 - every rank of both attempts started with its CUDA_VISIBLE_DEVICES, DLU_DEVICE and LOCAL_RANK,
   saw one GPU, was no bad fork, and found CUDA uninitialised at its first line (the zygote
-  never initialised CUDA, though it imported torch).
+  never initialised CUDA, though it imported torch);
+- ranks holding 60% of their GPU's memory, ended while training (`TrainingProcess.end`, what a
+  restart does to the survivors: back once each is a zombie) and slow to exit on SIGTERM, are
+  at once followed by ranks that hold 60% again: the ended ones' GPU memory was free when
+  `end()` returned (a stop that did not wait fails here: the next rank runs out of memory).
 
 Prints `SKIPPED: <why>` and exits 0 where no GPU is visible; PASSED or FAILED, then FIGURE lines:
 the zygote's warm-up, re-fork -> CUDA ready in every rank (median of `--restarts`), and the
@@ -43,7 +47,16 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _attempt(launcher: Any, gpus: list[Gpu], out: Path, attempt: int, crash: bool) -> list[Any]:
+def _attempt(
+    launcher: Any,
+    gpus: list[Gpu],
+    out: Path,
+    attempt: int,
+    crash: bool,
+    steps: int = STEPS,
+    hold: float = 0.0,
+    linger: float = 0.0,
+) -> list[Any]:
     from dlu_elastic.worker.process import ProcessSpec
 
     port, ranks = _port(), len(gpus)
@@ -62,8 +75,9 @@ def _attempt(launcher: Any, gpus: list[Gpu], out: Path, attempt: int, crash: boo
         }
         crash_rank = ranks - 1 if crash else -1
         entry = (
-            f"{TRAIN} --out {out / str(attempt)} --steps {STEPS} --crash-at-step {CRASH_AT} "
-            f"--crash-rank {crash_rank} --step-seconds 0.05"
+            f"{TRAIN} --out {out / str(attempt)} --steps {steps} --crash-at-step {CRASH_AT} "
+            f"--crash-rank {crash_rank} --step-seconds 0.05 --hold-fraction {hold} "
+            f"--linger-on-term {linger}"
         )
         procs.append(launcher.start(ProcessSpec(entry, env=env, workdir=str(ROOT), device="cuda:0")))
     return procs
@@ -78,6 +92,27 @@ def _wait_for(paths: list[Path], timeout_s: float) -> float:
             )
         time.sleep(0.002)
     return time.perf_counter() - began
+
+
+HOLD = 0.6  # of each GPU's memory: two such ranks on one GPU cannot both hold it
+LINGER_S = 2.0  # an ended rank exits this long after its SIGTERM, memory held: longer than a fork
+
+
+def _end_while_holding_memory(launcher: Any, gpus: list[Gpu], out: Path, attempt: int) -> list[str]:
+    """Ranks holding HOLD of their GPU are ended mid-training, and the next ranks, forked the
+    moment `end()` returns, must hold HOLD again: no memory of the ended ones may be left."""
+    procs = _attempt(launcher, gpus, out, attempt, crash=False, steps=1_000_000, hold=HOLD, linger=LINGER_S)
+    _wait_for([out / str(attempt) / f"start-rank{r}-attempt{attempt}.json" for r in range(len(gpus))], 120)
+    time.sleep(1.0)  # training: NCCL's communicator is up too
+    for proc in procs:
+        proc.end(5.0)
+    attempt += 1
+    procs = _attempt(launcher, gpus, out, attempt, crash=False, hold=HOLD)
+    codes = [p.wait(180) for p in procs]
+    if codes != [0] * len(gpus):
+        return [f"after end(): exit codes {codes}: {[p.last_failure for p in procs]}"]
+    print(f"end() while holding {HOLD:.0%} of each GPU: the next ranks held it again at once", flush=True)
+    return []
 
 
 def _check_start(record: dict[str, Any], gpu: Gpu) -> list[str]:
@@ -132,6 +167,8 @@ def main() -> int:
             done = json.loads((out / str(attempt) / f"done-rank{rank}-attempt{attempt}.json").read_text())
             if done["backend"] != "nccl" or len(done["sums"]) != STEPS:
                 problems.append(f"attempt {attempt} rank {rank}: {done}")
+    if not problems:
+        problems += _end_while_holding_memory(launcher, gpus, out, args.restarts + 1)
     probe_s = run_probe(0, 1, "127.0.0.1", _port(), "nccl", 4096, 64, "cuda:0", 60.0)
     if problems:
         print("FAILED:\n  " + "\n  ".join(problems), flush=True)

@@ -20,6 +20,7 @@ PRELOADED = "torch" in sys.modules
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -48,7 +49,19 @@ def main() -> None:
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument("--crash-at-step", type=int, default=3)
     parser.add_argument("--crash-rank", type=int, default=1)
+    parser.add_argument(
+        "--hold-fraction", type=float, default=0.0, help="hold this share of the GPU's memory while training"
+    )
+    parser.add_argument(
+        "--linger-on-term",
+        type=float,
+        default=0.0,
+        help="on SIGTERM, exit only after this long (memory held)",
+    )
     args = parser.parse_args()
+    if args.linger_on_term > 0:
+        linger = args.linger_on_term
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(linger), os._exit(143)))
     out = Path(args.out)
     rank = int(os.environ["RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -57,6 +70,7 @@ def main() -> None:
     device = torch.device(current_worker().device)
     torch.cuda.set_device(device)
     props = torch.cuda.get_device_properties(device)
+    held = torch.empty(int(props.total_memory * args.hold_fraction), dtype=torch.uint8, device=device)
     write(
         out,
         f"start-{tag}.json",
@@ -71,6 +85,7 @@ def main() -> None:
             "device_count": torch.cuda.device_count(),
             "gpu_uuid": str(props.uuid),
             "gpu_name": props.name,
+            "held_bytes": held.numel(),
         },
     )
 
