@@ -18,7 +18,7 @@ from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import HealthSettings
 from dlu_elastic.rendezvous.client import RendezvousError
 from dlu_elastic.worker.actor import ElasticWorkerActor
-from dlu_elastic.worker.agent_loop import DECISION_HOLD_S
+from dlu_elastic.worker.agent_loop import DECISION_HOLD_S, HEARTBEAT_TIMEOUT_S
 from dlu_elastic.worker.process import EventKind, ProcessEvent
 from dlu_prime.master.state import ActorStage
 from dlu_prime.runtime.context import Health
@@ -248,3 +248,78 @@ def test_a_hung_process_is_reported_before_it_is_killed(monkeypatch: pytest.Monk
     assert log == ["report", "kill"]
     assert master.reports[0]["exit_code"] == -9
     assert "sent no heartbeat" in master.reports[0]["error"]
+
+
+GONE = RendezvousError("Heartbeat", grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+PENDING = object()  # a held beat to a dead address: it waits out its whole deadline
+
+
+class PendingBeat(AnsweredBeat):
+    def done(self) -> bool:
+        return False
+
+    def on_done(self, callback: Any) -> None:
+        pass
+
+
+class LostMaster(ScriptedMaster):
+    """Beats answered from a script where PENDING never comes back; the endpoint moves after
+    `moves_after` lookups."""
+
+    def heartbeat_async(self, **call: Any) -> AnsweredBeat:
+        self.calls.append(call)
+        answer = self.answers.pop(0) if self.answers else PENDING
+        return PendingBeat(None) if answer is PENDING else AnsweredBeat(answer)
+
+
+def lost_master_agent(
+    answers: list[Any], moves_after: int | None
+) -> tuple[ElasticWorkerActor, LostMaster, list[str]]:
+    actor, _, _ = agent([])
+    master = LostMaster(answers)
+    actor._client = master  # type: ignore[assignment]
+    lookups: list[str] = []
+
+    def moved() -> bool:
+        lookups.append("lookup")
+        return moves_after is not None and len(lookups) > moves_after
+
+    actor._master_moved = moved  # type: ignore[method-assign]
+    return actor, master, lookups
+
+
+def test_a_lost_master_is_looked_up_while_the_beat_to_its_address_waits() -> None:
+    """The ElasticMaster died: the rank finds its replacement by lookups, not after the beat
+    sent to the dead address has waited out its deadline."""
+    actor, master, lookups = lost_master_agent([GONE], moves_after=8)  # moved after ~0.8 s
+    process = ScriptedProcess([5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], code=None)
+    assert actor._watch(1, process) is None  # type: ignore[arg-type]  # join the new master's round
+    assert process.stop_requested
+    assert len(lookups) == 9  # one when the beat failed, then every lookup interval until it moved
+    assert len(master.calls) == 2  # the failed beat, and the next one still waiting (never answered)
+    assert master.reports == []
+
+
+def test_a_beat_answered_again_ends_the_lookups() -> None:
+    """A blip: the old master answers again, so the rank stops looking for a new one."""
+    actor, _, lookups = lost_master_agent([GONE, pb.ACTION_NONE, pb.ACTION_NONE, STALE], moves_after=None)
+    process = ScriptedProcess(list(range(100)), code=None)
+    assert actor._watch(1, process) is None  # type: ignore[arg-type]  # the STALE beat: a new round
+    assert actor._master_gone_at is None
+    assert 1 <= len(lookups) <= 8  # within the beat interval that followed the failed beat, no more
+
+
+def test_a_failure_reported_to_a_lost_master_waits_for_its_replacement() -> None:
+    """The report gets the short heartbeat timeout (not the client's 10 s on a dead address),
+    then the rank waits for the new master and joins its round."""
+    actor, master, lookups = lost_master_agent([], moves_after=2)
+    reports: list[dict[str, Any]] = []
+
+    def report_failure(**call: Any) -> None:
+        reports.append(call)
+        raise GONE
+
+    master.report_failure = report_failure  # type: ignore[method-assign]
+    assert actor._failed(1, ScriptedProcess([], code=1), 1, None, 0.5) is None  # type: ignore[arg-type]
+    assert [r["timeout_s"] for r in reports] == [HEARTBEAT_TIMEOUT_S]
+    assert len(lookups) == 3

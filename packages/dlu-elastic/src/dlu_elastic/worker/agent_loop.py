@@ -48,6 +48,20 @@ def heartbeat_interval(world_size: int) -> float:
     return max(MIN_HEARTBEAT_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
 
 
+# After a call found the ElasticMaster gone (and no new one published yet), the agent also looks
+# up the master's endpoint this often (at most HEARTBEAT_CALLS_PER_S lookups a second for the
+# role), beside its beat to the dead address, which waits out its whole deadline: every rank
+# finds the replacement within one lookup of its publishing, at about the same time. Lookups
+# stop when a beat is answered again (a blip) or after MASTER_GONE_PATIENCE_S; a failure report
+# waits that long for the new master before it errs.
+MASTER_LOOKUP_INTERVAL_S = 0.1
+MASTER_GONE_PATIENCE_S = 30.0
+
+
+def master_lookup_interval(world_size: int) -> float:
+    return max(MASTER_LOOKUP_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
+
+
 # A hung process is reported first and killed after: killing it first fails its peers'
 # collectives, and a peer then seen running and silent past its timeout would be blamed too.
 HUNG_EXIT_CODE = -9  # reported for it: SIGKILL after the grace (a stopped process ignores SIGTERM)
@@ -70,6 +84,7 @@ class ElasticAgentLoop(WorkerActor):
     _client: ElasticClient
     _token: str
     _script_beats: bool
+    _master_gone_at: float | None = None  # when a call found the master gone (see _watch)
 
     def _store_failure(self) -> str | None:
         """Why the round's store this agent hosts ended, if it did (see actor.py); None here."""
@@ -106,6 +121,18 @@ class ElasticAgentLoop(WorkerActor):
         self._client = ElasticClient(found["address"], found["token"], timeout_s=10.0, wait_for_ready=True)
         return True
 
+    def _await_new_master(self, patience_s: float, interval: float) -> bool:
+        """After a call found the ElasticMaster gone: look up its endpoint every `interval`
+        until a new one is published (True, switched to it) or `patience_s` passed (False)."""
+        deadline = time.monotonic() + patience_s
+        while not self._stop.is_set():
+            if self._master_moved():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(interval)
+        return False
+
     def _watch(self, round_: int, process: TrainingProcess) -> Result | None:
         """Follow one training process. None: the master restarted training (run again).
 
@@ -113,7 +140,8 @@ class ElasticAgentLoop(WorkerActor):
         this rank's failure, like a crash. One heartbeat is always on its way, held by the
         master for about `interval` (`_held_beat`): a new round opened for a peer's failure
         reaches this rank the moment it opens, not at its next beat."""
-        interval = heartbeat_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
+        world = int(process.spec.env.get("WORLD_SIZE") or 1)
+        interval, lookup_every = heartbeat_interval(world), master_lookup_interval(world)
         watch = ProcessWatch(
             self._health.heartbeat_timeout_s,
             self._health.hang_timeout_s,
@@ -122,6 +150,8 @@ class ElasticAgentLoop(WorkerActor):
         beat: HeldBeat | None = None
         sent = float("-inf")
         first_beat = True
+        looked = float("-inf")
+        self._master_gone_at = None
         try:
             while True:
                 process.activity.clear()  # before reading: news arriving from now on wakes the wait
@@ -166,6 +196,14 @@ class ElasticAgentLoop(WorkerActor):
                                 Outcome.FAILED, "the ElasticMaster stopped training (restart limit reached)"
                             )
                         return None
+                gone_at = self._master_gone_at
+                if gone_at is not None and now - looked >= lookup_every:
+                    looked = now
+                    if self._master_moved():
+                        process.request_stop()  # the new master's round reruns it
+                        return None
+                    if now - gone_at >= MASTER_GONE_PATIENCE_S:
+                        self._master_gone_at = None
                 if beat is None and now - sent >= interval:
                     beat, sent = self._held_beat(round_, interval), now
                     beat.on_done(process.activity.set)
@@ -227,9 +265,12 @@ class ElasticAgentLoop(WorkerActor):
                 local_rank=self.info.local_rank,
                 exit_code=code,
                 error=error,
+                timeout_s=HEARTBEAT_TIMEOUT_S,  # a tiny call: not the client's 10 s on a dead master
             )
         except RendezvousError as exc:
-            if exc.code in MASTER_GONE and self._master_moved():
+            if exc.code in MASTER_GONE and self._await_new_master(
+                MASTER_GONE_PATIENCE_S, master_lookup_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
+            ):
                 return None  # the new master knows nothing of this round: join again
             if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
                 raise
@@ -275,6 +316,7 @@ class ElasticAgentLoop(WorkerActor):
             action = beat.action()
         except RendezvousError as exc:
             return self._beat_refused(exc, held)
+        self._master_gone_at = None  # answered: the master is there
         return _ACTIONS.get(action, "none")
 
     def _beat_refused(self, exc: RendezvousError, held: bool) -> str:
@@ -282,7 +324,11 @@ class ElasticAgentLoop(WorkerActor):
             return "restart"  # the master opened a new round
         if exc.code in MASTER_GONE or (held and exc.code == grpc.StatusCode.CANCELLED):
             # a blip, or a held beat ended by the master's shutdown: training goes on until told
-            return "restart" if self._master_moved() else "none"
+            if self._master_moved():
+                return "restart"
+            if self._master_gone_at is None:
+                self._master_gone_at = time.monotonic()  # look its replacement up (see _watch)
+            return "none"
         raise exc
 
     def _wait_for_decision(self, round_: int, interval: float) -> str:
