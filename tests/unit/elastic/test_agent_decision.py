@@ -323,3 +323,14 @@ def test_a_failure_reported_to_a_lost_master_waits_for_its_replacement() -> None
     assert actor._failed(1, ScriptedProcess([], code=1), 1, None, 0.5) is None  # type: ignore[arg-type]
     assert [r["timeout_s"] for r in reports] == [HEARTBEAT_TIMEOUT_S]
     assert len(lookups) == 3
+
+
+def test_a_failure_while_the_master_is_lost_follows_the_peers_to_the_new_master() -> None:
+    """The ElasticMaster died, its replacement is up and the peers left for its round, so this
+    rank's process failed on their broken connections: no report (it is no fault of this rank,
+    and the dead address would hold the call), the rank joins the new round."""
+    actor, master, lookups = lost_master_agent([], moves_after=0)
+    actor._master_gone_at = 1.0
+    assert actor._failed(1, ScriptedProcess([], code=1), 1, None, 0.5) is None  # type: ignore[arg-type]
+    assert master.reports == []
+    assert len(lookups) == 1

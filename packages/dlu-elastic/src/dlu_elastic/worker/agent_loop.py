@@ -255,10 +255,13 @@ class ElasticAgentLoop(WorkerActor):
         self, round_: int, process: TrainingProcess, code: int, hung: str | None, interval: float
     ) -> Result | None:
         """Report this rank's failure and wait for the master's decision; a `hung` process is
-        killed once reported. The process may still be in its teardown (its FAILURE event came first): the next round's process is forked
-        only once it has exited (`_train` in actor.py), so a GPU's memory is free by then."""
+        killed once reported. The process may still be in its teardown (its FAILURE event came
+        first): the next round's process is forked only once it has exited (`_train` in
+        actor.py), so a GPU's memory is free by then."""
         error = hung or process.last_failure or f"training process exited with code {code}"
         try:
+            if self._master_gone_at is not None and self._master_moved():
+                return None  # it failed as its peers left for the new master's round: join it too
             self._client.report_failure(
                 round=round_,
                 agent_id=self.info.actor_name,
