@@ -62,6 +62,10 @@ def master_lookup_interval(world_size: int) -> float:
     return max(MASTER_LOOKUP_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
 
 
+def _world_size(process: TrainingProcess) -> int:
+    return int(process.spec.env.get("WORLD_SIZE") or 1)
+
+
 # A hung process is reported first and killed after: killing it first fails its peers'
 # collectives, and a peer then seen running and silent past its timeout would be blamed too.
 HUNG_EXIT_CODE = -9  # reported for it: SIGKILL after the grace (a stopped process ignores SIGTERM)
@@ -140,7 +144,7 @@ class ElasticAgentLoop(WorkerActor):
         this rank's failure, like a crash. One heartbeat is always on its way, held by the
         master for about `interval` (`_held_beat`): a new round opened for a peer's failure
         reaches this rank the moment it opens, not at its next beat."""
-        world = int(process.spec.env.get("WORLD_SIZE") or 1)
+        world = _world_size(process)
         interval, lookup_every = heartbeat_interval(world), master_lookup_interval(world)
         watch = ProcessWatch(
             self._health.heartbeat_timeout_s,
@@ -272,7 +276,7 @@ class ElasticAgentLoop(WorkerActor):
             )
         except RendezvousError as exc:
             if exc.code in MASTER_GONE and self._await_new_master(
-                MASTER_GONE_PATIENCE_S, master_lookup_interval(int(process.spec.env.get("WORLD_SIZE") or 1))
+                MASTER_GONE_PATIENCE_S, master_lookup_interval(_world_size(process))
             ):
                 return None  # the new master knows nothing of this round: join again
             if exc.code != grpc.StatusCode.FAILED_PRECONDITION:
