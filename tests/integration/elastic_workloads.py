@@ -6,6 +6,7 @@ the directory named by the OUT_DIR environment variable.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -178,6 +179,8 @@ def describe_process() -> None:
             "marker": os.environ.get("DLU_TEST_MARKER"),
             "sys_path_has_extra": os.environ.get("DLU_TEST_EXTRA_PATH", "") in sys.path,
             "torch_preloaded": "torch" in sys.modules,
+            "frozen_objects": gc.get_freeze_count(),
+            "gc_enabled": gc.isenabled(),
         },
     )
 

@@ -67,6 +67,8 @@ def test_processes_of_two_launchers_in_two_processes_come_from_one_zygote(
     pid = _zygote_pid(path)
     here = _describe(launcher, tmp_path)
     assert here["ppid"] == pid and here["pgid"] == here["pid"] and here["torch_preloaded"] is True
+    # torch's objects, preloaded, are out of the child's collections (it collects its own)
+    assert here["frozen_objects"] > 100_000 and here["gc_enabled"] is True
     other = textwrap.dedent(f"""
         import json
         from dlu_elastic.worker.process import ProcessSpec, TrainingLauncher

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -181,6 +182,7 @@ class _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
+        freeze_heap()
         pid = os.fork()
         if pid == 0:
             ours.close()
@@ -252,6 +254,19 @@ class _Zygote:
             conn.close()
 
 
+def freeze_heap() -> None:
+    """Move every object alive now out of the cyclic collector's reach, in this process and in
+    the children it forks next.
+
+    Without it a child's first collections walk the zygote's 330,000 objects (torch's modules)
+    and write to each one's header, copying the pages it shares with the zygote: 11 ms for one
+    collection of a training process's start here, four processes at once on two cores. The
+    collection first frees what is garbage already, so nothing garbage is kept for good.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def _preload(modules: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     loaded: list[str] = []
     failed: dict[str, str] = {}
@@ -298,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         time.perf_counter() - started,
         f"; failed: {failed}" if failed else "",
     )
+    freeze_heap()  # the preloaded modules' objects, once (before each fork only what is new)
     listener.setblocking(False)
     refill_quiet_s = float(os.environ.get(REFILL_QUIET_ENV) or DEFAULT_REFILL_QUIET_S)
     try:
