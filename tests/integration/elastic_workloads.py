@@ -137,6 +137,28 @@ def finish_while_peer_trains_on_first_attempt() -> None:
     raise SystemExit(3)
 
 
+def beat_then_fail_on_first_attempt() -> None:
+    """Every attempt beats a step, leaving ran-RANK-ATTEMPT.json (its MASTER_PORT: the round's
+    store); on the first, rank 1 then exits 3 and rank 0 waits to be stopped. Later attempts
+    beat on until OUT_DIR/go exists, then return."""
+    from dlu_prime.runtime import heartbeat
+
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    heartbeat(attempt + 1)
+    _write(f"ran-{rank}-{attempt}.json", {"pid": os.getpid(), "master_port": int(os.environ["MASTER_PORT"])})
+    if attempt == 0:
+        if rank == 1:
+            time.sleep(0.5)
+            raise SystemExit(3)
+        time.sleep(60)
+        raise SystemExit(4)
+    deadline = time.monotonic() + 60
+    while not _out("go").exists() and time.monotonic() < deadline:
+        heartbeat(attempt + 1)
+        time.sleep(0.05)
+
+
 def heartbeats() -> None:
     steps = int(os.environ.get("STEPS", "50"))
     for step in range(1, steps + 1):

@@ -113,6 +113,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self.host = ray.util.get_node_ip_address()
         self.process: TrainingProcess | None = None
         self._store: TrainingProcess | None = None
+        self._retired_store: TrainingProcess | None = None  # the last round's: see _retire_store
         self.rounds = 0
         self._script_beats = False  # a process of this rank has beaten: the next ones must too
         self.stage = ActorStage.READY
@@ -259,7 +260,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
                 try:
                     outcome = self._watch(state.round, self.process)
                 finally:
-                    self._end_store()
+                    self._retire_store()
                 if outcome is not None:
                     return outcome
             return Result(Outcome.FAILED, "stopped")
@@ -288,7 +289,24 @@ class ElasticWorkerActor(ElasticAgentLoop):
         failure = (hosted.last_failure or "").strip().splitlines()
         return f"the agent's TCPStore exited: {failure[-1] if failure else f'code {hosted.poll()}'}"
 
+    def _retire_store(self) -> None:
+        """The round is over: its store is ended once the next round trains (`_training_again`),
+        not now. Its exit (10 to 14 ms of kernel time for a process forked from the torch
+        zygote) would otherwise compete for the CPU with the next round's start; it serves
+        nobody meanwhile (the next round has another port). At most one is kept."""
+        self._end_retired_store()
+        self._retired_store, self._store = self._store, None
+
+    def _end_retired_store(self) -> None:
+        retired, self._retired_store = getattr(self, "_retired_store", None), None
+        if retired is not None:
+            retired.request_stop()  # no need to wait: nothing uses its port
+
+    def _training_again(self) -> None:
+        self._end_retired_store()
+
     def _end_store(self, wait: bool = False) -> None:
+        self._end_retired_store()
         hosted = getattr(self, "_store", None)
         self._store = None
         if hosted is not None:

@@ -94,6 +94,9 @@ class ElasticAgentLoop(WorkerActor):
         """Why the round's store this agent hosts ended, if it did (see actor.py); None here."""
         return None
 
+    def _training_again(self) -> None:
+        """This round's process beat its first step (actor.py ends the last round's store)."""
+
     def _endpoint(self) -> dict[str, str]:
         import ray
 
@@ -171,6 +174,7 @@ class ElasticAgentLoop(WorkerActor):
                                 beat.cancel()  # resent now with the new step
                                 beat, sent = None, float("-inf")
                             self._wake_master()
+                            self._training_again()
                     elif event.kind is EventKind.ERROR_REPORT and event.message:
                         self.health.report(event.message)
                 code = process.ending_code()
