@@ -20,7 +20,12 @@ from dlu_prime.ray_workers import ENTRY_ENV
 @ray.remote(max_restarts=1, max_task_retries=-1)
 class Probe:
     def identity(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "ppid": os.getppid(), "entry": os.environ.get(ENTRY_ENV)}
+        return {
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "entry": os.environ.get(ENTRY_ENV),
+            "retry": {name: os.environ.get(name) for name in ray_env.FAST_CONNECT_RETRY},
+        }
 
     def add(self, a: int, b: int) -> int:
         return a + b

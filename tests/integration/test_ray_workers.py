@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dlu_prime import zygote
+from dlu_prime import ray_env, zygote
 from dlu_prime.ray_workers import ENABLE_ENV
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
@@ -44,6 +44,8 @@ def _probe(fault: str, **env: str) -> dict[str, Any]:
 def test_an_actors_worker_is_forked_and_rebuilt_when_killed() -> None:
     seen = _probe("kill_worker")
     assert seen["forked"], "the actor's process is a child of the Ray zygote"
+    # what the raylet passed on to the worker: the raylet itself ran with the short retry
+    assert seen["first"]["retry"] == ray_env.FAST_CONNECT_RETRY
     assert seen["entry_gone"], "the process the raylet started exits with its worker"
     assert seen["answers"] and seen["restarted"], "Ray rebuilt the actor and it answers"
 

@@ -86,3 +86,23 @@ def test_the_log_monitor_is_left_out_only_when_asked(monkeypatch: pytest.MonkeyP
         Node.__init__(object.__new__(Node), RayParams())
     assert seen == [False, True, None]
     assert Node.__init__ is record
+
+
+def test_the_embedded_ray_retries_its_socket_connects_every_50_ms_for_the_same_10_s() -> None:
+    """Ray's default waits 1 s after a connect that came too early (the raylet to its own store)."""
+    from dlu_prime.ray_env import fast_connect_retry
+
+    added = fast_connect_retry({"PATH": "/bin"})
+    interval_ms = int(added["RAY_raylet_client_connect_timeout_milliseconds"])
+    attempts = int(added["RAY_raylet_client_num_connect_attempts"])
+    assert interval_ms == 50 and interval_ms * attempts == 10 * 1000  # Ray's default: 10 x 1000 ms
+
+
+@pytest.mark.parametrize(
+    "users", ["RAY_raylet_client_connect_timeout_milliseconds", "RAY_raylet_client_num_connect_attempts"]
+)
+def test_a_users_own_retry_setting_is_left_alone(users: str) -> None:
+    """Either setting alone changes what the other means (the total wait), so neither is added."""
+    from dlu_prime.ray_env import fast_connect_retry
+
+    assert fast_connect_retry({users: "3000"}) == {}
