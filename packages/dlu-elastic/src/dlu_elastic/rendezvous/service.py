@@ -15,7 +15,8 @@ a thousand agents cost a thousand pending calls, not a thousand threads, and one
 usually does the whole rendezvous (measured in benchmarks/rendezvous_scale.py: every gRPC call
 costs this 2-core machine 0.12 to 0.2 ms of server CPU, nearly all of it in gRPC's own layer, so
 the number of calls is the figure). Rendezvous calls run on the loop (they take a lock for
-microseconds); a held call costs one future in a deadline slot (`RoundWatch`).
+microseconds); a held call costs one future in a deadline slot (`RoundWatch`). The loop's thread
+and gRPC's poller thread run on one CPU (`dlu_elastic.rendezvous.cpu_affinity` says why).
 A heartbeat can be held the same way until the master decides (a new round, or a stop): an
 agent whose process failed hears the restart the moment it is decided, not at its next beat.
 
@@ -41,7 +42,7 @@ import grpc
 import grpc.aio
 
 from dlu.elastic.v1 import elastic_pb2 as pb
-from dlu_elastic.rendezvous import refusals
+from dlu_elastic.rendezvous import cpu_affinity, refusals
 from dlu_elastic.rendezvous.refusals import REFUSAL_LOG_INTERVAL_S, RefusalLog
 from dlu_elastic.rendezvous.round_watch import RoundWatch
 from dlu_elastic.rendezvous.servicer import (
@@ -320,7 +321,12 @@ def serve(
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="dlu-elastic-grpc-loop", daemon=True)
     thread.start()
-    pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dlu-elastic-grpc")
+    pool = ThreadPoolExecutor(
+        max_workers=max_workers,
+        thread_name_prefix="dlu-elastic-grpc",
+        initializer=cpu_affinity.release_current_thread,  # started from the pinned loop thread
+        initargs=(cpu_affinity.allowed_cpus(),),
+    )
 
     async def start() -> tuple[grpc.aio.Server, int, _Server]:
         side = _Server(servicer, token, pool, refusal_log_interval_s)
@@ -335,6 +341,7 @@ def serve(
             side.watch.remove()
             raise OSError(f"cannot bind the elastic gRPC server to {target}")
         await server.start()
+        cpu_affinity.pin_with_poller()  # the loop's thread and gRPC's poller: one CPU
         return server, bound, side
 
     try:
