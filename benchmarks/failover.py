@@ -11,6 +11,7 @@ the recovery. Usage: `uv run python benchmarks/failover.py`.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -109,13 +110,29 @@ def pid_of(actor: str, method: str = "status") -> int:
 
 
 def main() -> None:
+    """Runs the tiers in a private Ray and checkpoint folder, both removed at the end (a
+    `RAY_TMPDIR` given by the caller is the caller's and stays)."""
     compile_workspace()
+    made: list[Path] = []
+    if "RAY_TMPDIR" not in os.environ:
+        made.append(Path(tempfile.mkdtemp(prefix="dlu-bf-", dir="/tmp")))
+        os.environ["RAY_TMPDIR"] = str(made[-1])
+    made.append(Path(tempfile.mkdtemp(prefix="dlu-bf-ckpt-")))
+    try:
+        measure(made[-1])
+    finally:
+        import ray
+
+        ray.shutdown()  # Ray's processes write into RAY_TMPDIR until they end
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure(ckpt: Path) -> None:
     from dlu_prime import launcher, ray_env
     from dlu_prime.naming import master_name
 
-    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="dlu-bf-", dir="/tmp"))
     ray_env.init_local(num_cpus=8)
-    ckpt = Path(tempfile.mkdtemp(prefix="dlu-bf-ckpt-"))
     job = spec(ckpt)
     launcher.submit_job(job, str(ROOT))
     name = job.name

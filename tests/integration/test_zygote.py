@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +34,7 @@ def zygote_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv(zygote.DIR_ENV, str(directory))
     yield directory
     zygote.stop_all(directory)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _wait(condition: object, timeout_s: float = 20.0) -> bool:
