@@ -47,23 +47,23 @@ def _poller_thread_ids() -> list[int]:
     ]
 
 
-def pin_with_poller() -> int | None:
-    """Put the calling thread and gRPC's poller thread on the CPU the caller runs on; that CPU,
-    or None when they were left free. Call it from the event loop's thread once the server runs
-    (the poller exists from the first asyncio server or channel on)."""
+def pin_with_poller() -> None:
+    """Put the calling thread and gRPC's poller thread on the CPU the caller runs on. Call it from
+    the event loop's thread once the server runs (the poller exists from the first asyncio server
+    or channel on)."""
     if not enabled() or not hasattr(os, "sched_setaffinity"):
-        return None
+        return
     cpu, pollers = _current_cpu(), _poller_thread_ids()
     if cpu is None or not pollers:
         log.debug("gRPC threads left free (cpu %s, poller threads %s)", cpu, pollers)
-        return None
+        return
     try:
         for thread_id in (0, *pollers):  # 0: the calling thread
             os.sched_setaffinity(thread_id, {cpu})
     except OSError as exc:
         log.debug("gRPC threads left free: %s", exc)
-        return None
-    return cpu
+        return
+    log.debug("gRPC's loop and poller threads on CPU %d", cpu)
 
 
 def release_current_thread(cpus: frozenset[int]) -> None:
@@ -77,7 +77,6 @@ def release_current_thread(cpus: frozenset[int]) -> None:
 
 
 def allowed_cpus() -> frozenset[int]:
-    """The CPUs this thread may run on now (all of them where the OS cannot say)."""
-    if hasattr(os, "sched_getaffinity"):
-        return frozenset(os.sched_getaffinity(0))
-    return frozenset(range(os.cpu_count() or 1))
+    """The CPUs this thread may run on now (none known where the OS cannot say, and then
+    `release_current_thread` has nothing to do either)."""
+    return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
