@@ -236,18 +236,21 @@ def request(path: Path, message: dict[str, Any], timeout_s: float | None) -> dic
     """One request without descriptors, its one answer.
 
     Raises:
-        ZygoteError: no zygote there, or it closed the connection without answering.
+        ZygoteError: no zygote there, or it closed or reset the connection without answering
+            (a zygote killed while the connection waited in its backlog resets it).
     """
     try:
         sock = connect(path, timeout_s)
     except OSError as exc:
         raise ZygoteError(f"no zygote at {path}: {exc}") from exc
     with sock:
-        send_message(sock, message)
         try:
+            send_message(sock, message)
             answer, _ = recv_message(sock)
         except TimeoutError as exc:
             raise ZygoteError(f"the zygote at {path} did not answer within {timeout_s} s") from exc
+        except (OSError, EOFError) as exc:
+            raise ZygoteError(f"the zygote at {path} dropped the connection: {exc}") from exc
     if answer is None:
         raise ZygoteError(f"the zygote at {path} closed the connection")
     return answer
