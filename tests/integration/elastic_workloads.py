@@ -227,3 +227,10 @@ def finish_when_told() -> None:
     while not _out("go").exists():
         time.sleep(0.05)
     dist.barrier()
+
+
+def record_run() -> None:
+    """Append this process's pid to OUT_DIR/runs-RANK.txt and return: one line per run, so a
+    rank that ran again shows two."""
+    with open(_out(f"runs-{os.environ['RANK']}.txt"), "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()}\n")

@@ -115,6 +115,82 @@ def test_finished_rank_follows_a_replaced_elastic_master(ray_session: Any, tmp_p
     assert all(a.stage == "FINISH" for a in status.roles[0].actors if a.rank >= 0)
 
 
+def test_a_finished_non_driver_role_stays_finished_when_its_elastic_master_is_replaced(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """Every rank of a non-driver elastic role finished while the driver role goes on; then its
+    ElasticMaster dies. The replacement must not rerun the finished ranks (before, their agents
+    followed it into a new round and trained again): one SubMaster failover, each rank ran once."""
+    from dlu_api.spec import spec_from_dict
+
+    name = "el-fin-role"
+    go = tmp_path / "go"
+    spec = spec_from_dict(
+        {
+            "name": name,
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "health": {"monitor_interval_s": 0.2},
+            "config": {"go": str(go)},
+            "roles": [
+                {"name": "driver", "entrypoint": "workloads:wait_for_go", "resources": {"cpu": 0.1}},
+                {
+                    "name": "trainer",
+                    "kind": "elastic",
+                    "entrypoint": "elastic_workloads:record_run",
+                    "is_driver": False,
+                    "resources": {"cpu": 0.25},
+                    "env": {"OUT_DIR": str(tmp_path)},
+                    "elastic": {"nnodes": 1, "nproc_per_node": 2, "node_check": {"enabled": False}},
+                },
+            ],
+        }
+    )
+    sub = f"{name}.trainer.submaster"
+
+    def kill_the_elastic_master_of_the_finished_role() -> None:
+        for rank in (0, 1):
+            wait_until(
+                f"rank {rank} finished", lambda r=rank: _stage_of(f"{name}.trainer.{r}") == "FINISH", 60
+            )
+        _kill(int(_actor_status(sub)["pid"]))
+        wait_until("the ElasticMaster replaced", lambda: _sub_master_failover_done(name), timeout_s=60)
+        # Each rank's agent follows the new master, which tells it training is over (before the
+        # fix, they joined its round and ran again, and were never told).
+        wait_until(
+            "both ranks told training is over (or one ran again)",
+            lambda: _ran_again(tmp_path) or all(_training_ended(f"{name}.trainer.{r}") for r in (0, 1)),
+            timeout_s=30,
+        )
+        go.write_text("")
+
+    status = _run_to_the_end(spec, kill_the_elastic_master_of_the_finished_role)
+
+    assert status.exit_code == 0, status.reason
+    runs = {r: (tmp_path / f"runs-{r}.txt").read_text().split() for r in (0, 1)}
+    assert all(len(pids) == 1 for pids in runs.values()), f"a finished rank ran again: {runs}"
+    started = [e.actor for e in status.events if e.kind == "failover_started"]
+    assert started == [sub], started
+    assert not [e for e in status.events if e.kind == "inplace_restart"]
+    trainer = next(r for r in status.roles if r.name == "trainer")
+    assert all(a.stage == "FINISH" for a in trainer.actors if a.rank >= 0), trainer.actors
+
+
+def _ran_again(out: Path) -> bool:
+    return any(len(p.read_text().split()) > 1 for p in out.glob("runs-*.txt"))
+
+
+def _training_ended(actor: str) -> bool:
+    return _actor_status(actor).get("training_ended") is True
+
+
+def _sub_master_failover_done(job: str) -> bool:
+    status = status_of(job)
+    return status is not None and any(
+        e.kind == "failover_done" and e.tier == "sub_master" for e in status.events
+    )
+
+
 def _actor_status(actor: str) -> dict[str, Any]:
     import ray
 

@@ -200,3 +200,13 @@ def print_forever() -> None:
         print(f"tick {count} of rank {rank}", flush=True)
         count += 1
         time.sleep(0.1)
+
+
+def wait_for_go() -> None:
+    """Beat until the file named by config `go` exists: a driver that ends when the test says."""
+    go = Path(current_worker().config["go"])
+    step = 0
+    while not go.exists():
+        step += 1
+        heartbeat(step)
+        time.sleep(0.05)

@@ -106,3 +106,62 @@ def test_a_stopped_actor_stops_waiting() -> None:
     stopper.join()
     assert result is not None and result.outcome is Outcome.SUCCESS
     assert actor.stage is ActorStage.FINISH and len(master.answers) < 1000
+
+
+GONE = RendezvousError("Heartbeat", grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+
+def moved_master_agent(new_answers: list[Any]) -> tuple[ElasticWorkerActor, ScriptedMaster]:
+    """A finished rank whose ElasticMaster dies after its first answer; the lookup that follows
+    finds the replacement, which answers from `new_answers`."""
+    actor, _ = finished_agent([pb.ACTION_NONE, GONE])
+    replacement = ScriptedMaster(actor, new_answers)
+
+    def moved() -> bool:
+        actor._client = replacement  # type: ignore[assignment]
+        actor._master_moves += 1
+        return True
+
+    actor._master_moved = moved  # type: ignore[method-assign]
+    return actor, replacement
+
+
+def test_a_finished_rank_asks_a_replaced_master_and_stops_if_training_is_over() -> None:
+    """Every rank had finished when the master was replaced: the new master says stop, and the
+    rank keeps its success instead of running again."""
+    actor, replacement = moved_master_agent([pb.ACTION_STOP])
+    result = actor._finished(1, 0.001)
+    assert result is not None and result.outcome is Outcome.SUCCESS
+    assert actor.training_ended and actor.stage is ActorStage.FINISH
+    assert replacement.stages_seen == [ActorStage.FINISH]
+
+
+def test_a_finished_rank_runs_again_when_the_replaced_master_refuses_its_round() -> None:
+    """A peer still trained when the master was replaced: the new master knows nothing of the
+    old round, so the rank joins its round and runs again (torchrun's semantics)."""
+    actor, replacement = moved_master_agent([STALE])
+    assert actor._finished(1, 0.001) is None
+    assert not actor.training_ended and actor.stage is ActorStage.RUNNING
+    assert replacement.answers == []
+
+
+def _beat(agent_id: str, round_: int, idle: bool) -> pb.HeartbeatRequest:
+    return pb.HeartbeatRequest(agent_id=agent_id, round=round_, step=3, timestamp=1.0, idle=idle)
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_a_master_whose_role_finished_tells_idle_agents_of_any_round_to_stop(over: bool) -> None:
+    from dlu_elastic.rendezvous.servicer import ElasticServicer
+    from dlu_elastic.rendezvous.state import Rendezvous, StaleRoundError
+
+    servicer = ElasticServicer(Rendezvous(min_nodes=2, max_nodes=2, grace_s=1.0), training_over=lambda: over)
+    old_round = _beat("job.trainer.0", 7, idle=True)  # a round of the master it replaced
+    if over:
+        assert servicer.heartbeat(old_round).action == pb.ACTION_STOP
+        decided = servicer.decision(old_round)
+        assert decided is not None and decided.action == pb.ACTION_STOP
+    else:
+        with pytest.raises(StaleRoundError):
+            servicer.heartbeat(old_round)
+    with pytest.raises(StaleRoundError):  # a training agent is never told so: it is not finished
+        servicer.heartbeat(_beat("job.trainer.0", 7, idle=False))

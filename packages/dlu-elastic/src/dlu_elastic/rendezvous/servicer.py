@@ -25,6 +25,7 @@ NodeCheckHook = Callable[[pb.NodeCheckReport], None]
 HeartbeatHook = Callable[[pb.HeartbeatRequest], "pb.Action | int"]
 FailureHook = Callable[[pb.FailureReport], None]
 PendingActionHook = Callable[[], "pb.Action | int"]
+TrainingOverHook = Callable[[], bool]
 
 _ACTIONS = frozenset(pb.Action.values())
 _MAX_ERROR_LENGTH = 64 * 1024  # error texts are tracebacks; more is a runaway log, not a report
@@ -42,8 +43,10 @@ class ElasticServicer:
         on_heartbeat: HeartbeatHook | None = None,
         on_failure: FailureHook | None = None,
         pending_action: PendingActionHook | None = None,
+        training_over: TrainingOverHook | None = None,
     ) -> None:
         self.rendezvous = rendezvous
+        self._training_over = training_over
         self._on_node_check = on_node_check
         self._on_heartbeat = on_heartbeat
         self._on_failure = on_failure
@@ -95,6 +98,8 @@ class ElasticServicer:
             )
         _check_wait(request.wait_s)
         # A NaN or infinite metric is legitimate: a diverging loss is exactly what the master wants to see.
+        if self._over_for(request):
+            return pb.HeartbeatResponse(action=pb.ACTION_STOP)
         self.rendezvous.require_member(request.agent_id, request.round)
         action = pb.ACTION_NONE if self._on_heartbeat is None else self._on_heartbeat(request)
         return _response("on_heartbeat", _for(request, action))
@@ -102,10 +107,18 @@ class ElasticServicer:
     def decision(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse | None:
         """For a held heartbeat: the master's answer once it has one, None while it has nothing
         to say. Raises StaleRoundError once the agent's round is superseded (a restart)."""
+        if self._over_for(request):
+            return pb.HeartbeatResponse(action=pb.ACTION_STOP)
         self.rendezvous.require_member(request.agent_id, request.round)
         action = pb.ACTION_NONE if self._pending_action is None else self._pending_action()
         action = _for(request, action)
         return None if action == pb.ACTION_NONE else _response("pending_action", action)
+
+    def _over_for(self, request: pb.HeartbeatRequest) -> bool:
+        """An idle agent of a role whose training is over (every rank had finished before this
+        master started) is told to stop whatever its round: a finished rank that followed a
+        replaced master must not train again."""
+        return request.idle and self._training_over is not None and self._training_over()
 
     def report_failure(self, request: pb.FailureReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)

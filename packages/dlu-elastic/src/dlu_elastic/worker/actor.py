@@ -147,6 +147,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         return {
             **super().status(),
             "process_pid": process.pid if process is not None and process.alive else None,
+            "training_ended": self.training_ended,
         }
 
     def rendezvous_address(self) -> tuple[str, int]:

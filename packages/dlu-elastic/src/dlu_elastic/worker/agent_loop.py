@@ -89,6 +89,8 @@ class ElasticAgentLoop(WorkerActor):
     _token: str
     _script_beats: bool
     _master_gone_at: float | None = None  # when a call found the master gone (see _watch)
+    _master_moves: int = 0  # how often this agent switched to a new ElasticMaster
+    training_ended: bool = False  # finished, and the master said training is over: asks no more
 
     def _store_failure(self) -> str | None:
         """Why the round's store this agent hosts ended, if it did (see actor.py); None here."""
@@ -126,6 +128,7 @@ class ElasticAgentLoop(WorkerActor):
         self._client.close()
         self._token = found["token"]
         self._client = ElasticClient(found["address"], found["token"], timeout_s=10.0, wait_for_ready=True)
+        self._master_moves += 1
         return True
 
     def _await_new_master(self, patience_s: float, interval: float) -> bool:
@@ -231,6 +234,7 @@ class ElasticAgentLoop(WorkerActor):
         held = 0.0  # asked at once first: a restart under way shows no FINISH; then held beats
         while not self._stop.is_set():
             asked = time.monotonic()
+            moves = self._master_moves
             try:
                 action = self._beat(round_, wait_s=held, idle=True)
             except RendezvousError as exc:  # not a refusal the protocol knows: keep the success
@@ -238,6 +242,11 @@ class ElasticAgentLoop(WorkerActor):
                     "%s: finished, then the ElasticMaster refused a beat: %s", self.info.actor_name, exc
                 )
                 return success
+            if action == "restart" and self._master_moves != moves:
+                # The master was replaced: ask the new one before running again. If every rank
+                # had finished, it says training is over; otherwise it refuses our old round.
+                held = 0.0
+                continue
             step = after_success(action)
             if step is AfterSuccess.RERUN:
                 logger.info(
@@ -250,6 +259,7 @@ class ElasticAgentLoop(WorkerActor):
                 self.stage = ActorStage.RUNNING
                 return None
             if step is AfterSuccess.DONE:
+                self.training_ended = True
                 return success
             if self.stage is not ActorStage.FINISH:  # asked once first: a restart under way shows no FINISH
                 self.result = success

@@ -8,8 +8,10 @@ its agent stays in its round, showing FINISH (the PrimeMaster ends the role once
 shows it), and keeps asking the ElasticMaster whether training goes on:
 
 - a new round (a peer failed, a rank was replaced, the master moved): run again (`RERUN`),
-  back to RUNNING;
-- the master stops training (a peer's failure reached the restart limit): the rank is done;
+  back to RUNNING; a master that moved is asked first, since a replacement set up after every
+  rank had finished says training is over instead;
+- the master stops training (a peer's failure reached the restart limit, or the role's training
+  is over): the rank is done;
 - otherwise: wait on.
 
 Pure: the agent (`actor.ElasticWorkerActor`) passes the master's answer in.

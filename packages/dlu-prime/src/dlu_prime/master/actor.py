@@ -21,6 +21,7 @@ from dlu_prime.extension import Extension, ExtensionError, load_extension
 from dlu_prime.master.failover import InPlaceDecision
 from dlu_prime.master.manager import FencedError, PrimeManager
 from dlu_prime.master.metrics import JobMetrics
+from dlu_prime.master.state import role_finished
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 from dlu_prime.state.base import StateStore, create_state_store
 from dlu_prime.worker.actor import was_reconstructed
@@ -137,6 +138,10 @@ class PrimeMaster:
 
     def restart_actors(self, names: list[str], reason: str) -> None:
         self.manager.recovery.restart_actors(names, reason)
+
+    def role_finished(self, role: str) -> bool:
+        """Asked by a SubMaster as it is set up (again): have all its role's workers finished?"""
+        return role_finished(self.manager.state, role)
 
     def report_restarted(self, actor: str, node_id: str | None = None) -> None:
         """The seed's RESTARTED report from a reconstructed actor: judge it now (the monitoring

@@ -52,6 +52,13 @@ def role_size(state: JobState, role: str) -> int:
     return sum(1 for a in state.actors.values() if a.role == role and a.rank != SUB_MASTER_RANK)
 
 
+def role_finished(state: JobState, role: str) -> bool:
+    """Every worker of `role` finished (its SubMaster aside): training is over for the role, and
+    a SubMaster set up again must not start it anew."""
+    stages = [a.stage for a in state.actors.values() if a.role == role and a.rank != SUB_MASTER_RANK]
+    return bool(stages) and all(stage is ActorStage.FINISH for stage in stages)
+
+
 class ActorRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -48,6 +48,15 @@ class SubMaster:
         master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
         ray.get(master.publish.remote(endpoint_key(self.role), value), timeout=30)
 
+    def role_finished(self) -> bool:
+        """Whether every worker of this role had finished when this SubMaster was set up: true
+        only for a replacement (tier 5) of a role whose training is over, which must leave its
+        workers finished instead of starting them again."""
+        import ray
+
+        master = ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        return bool(ray.get(master.role_finished.remote(self.role), timeout=30))
+
     @property
     def workers(self) -> list[Any]:
         """Actor handles of the role's workers, in rank order (found by name: restarts included)."""
