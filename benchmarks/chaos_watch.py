@@ -144,7 +144,9 @@ class Recovery:
     `restarted` training) and each of those processes has reported two new steps, so
     collectives across all ranks work again. A step shown right after a restart may still be
     the old process's last one, and old processes may train on for a moment after a recovery
-    began: only steps that moved while the rank's current process was known count.
+    began: only steps that moved while the rank's current process was known count. A replaced
+    actor shows step 0 until its first beat (training steps start at 1): no step, not a move
+    back to the start (which had counted every step before the fault as lost).
     """
 
     def __init__(self, actors: Sequence[str], before: Before, restarted: bool, checkpoint_every: int) -> None:
@@ -160,7 +162,7 @@ class Recovery:
             pid = pids.get(actor)
             if self.restarted and pid == self.before.pids.get(actor):
                 continue
-            step = steps.get(actor)
+            step = steps.get(actor) or None  # 0: a replaced actor that has not beaten yet
             known = self.processes.get(actor)
             if known is None or known.pid != pid:
                 self.processes[actor] = _Process(pid, step, set())

@@ -30,6 +30,8 @@ from terminal import ANSI, ERASE_LINE, final_screen, run_in_terminal
 from wheel_envs import RayCluster, Venv, make_venv, run_ok
 
 from dlu_api.client import remote_errors
+from dlu_api.client.launcher_feed import open_feed
+from dlu_api.client.remote import RemoteJobClient
 from dlu_api.errors import ClusterSetupError
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -208,6 +210,16 @@ def test_status_name_taken_and_stop_of_a_running_job(
     human = dlu(driver_venv, "status", "hold", *address, cwd=tmp_path)
     assert "worker (custom): 2 RUNNING" in human.stdout or "2 RUNNING" in human.stdout, human.stdout
 
+    # Ray's dashboard serves the launcher's log by submission id, whole and as a stream: what a
+    # driver follows instead of reading the whole log at every poll (launcher_feed.py).
+    client = RemoteJobClient(ray_cluster.address)
+    sid = client._sid("hold")  # pyright: ignore[reportPrivateUsage]
+    info = client._job_info_by_id(sid, "hold")  # pyright: ignore[reportPrivateUsage]
+    feed = open_feed(client._log_api(), sid, info)  # pyright: ignore[reportPrivateUsage]
+    assert feed is not None, f"no stream of the launcher's log from Ray's log API: {info}"
+    head = feed.report()
+    assert head.accepted is not None and head.status is not None and head.status.stage.value == "RUNNING"
+
     again = dlu(driver_venv, "submit", str(path), *address, cwd=tmp_path)
     assert again.returncode == 2
     assert "a job named 'hold' is still RUNNING" in again.stderr
@@ -220,6 +232,11 @@ def test_status_name_taken_and_stop_of_a_running_job(
         assert time.monotonic() < deadline, final
         time.sleep(1)
     assert "stopped by user request" in final["reason"]
+    streamed = feed.wait_for(lambda r: r.status is not None and r.status.finished, 60)  # appended lines
+    feed.close()
+    assert streamed is not None and streamed.current is not None
+    assert "stopped by user request" in streamed.current.reason
+    assert [e.kind for e in streamed.current.events] == [e["kind"] for e in final["events"]]
     assert [p for p in dlu(driver_venv, "list", *address, cwd=tmp_path).stdout.splitlines() if "hold" in p]
 
     # the name is free again once the job ended: the old Ray job record is replaced

@@ -59,3 +59,17 @@ def test_the_start_waits_for_a_process_and_two_steps_on_every_rank() -> None:
     assert not recovery.training
     recovery.look({A: 100, B: 200}, {A: 2, B: 2})
     assert recovery.training
+
+
+def test_a_replaced_actor_showing_step_0_before_its_first_beat_is_no_move() -> None:
+    """The role and node tiers replace actors: a new actor shows step 0 until it beats. Read as
+    a step, it made every step before the fault "lost" (10,426 and 31,541 in two campaigns)."""
+    before = Before(steps={A: 4_213, B: 4_213}, pids={A: 100, B: 200})
+    recovery = Recovery([A, B], before, restarted=True, checkpoint_every=5)
+    recovery.look({A: 101, B: 201}, {A: 4_213, B: 4_213})  # the old actors' last steps, still shown
+    recovery.look({A: 101, B: 201}, {A: 0, B: 0})  # replaced actors, not beaten yet
+    recovery.look({A: 101, B: 201}, {A: 4_211, B: 4_211})
+    assert not recovery.training  # one step each: 0 is not one
+    recovery.look({A: 101, B: 201}, {A: 4_212, B: 4_212})
+    assert recovery.training
+    assert recovery.lost_steps == 4_213 - 4_210  # resumed from the checkpoint at step 4,210

@@ -83,9 +83,10 @@ class RayLogApi:
         groups = cast(dict[str, list[str]], data) if isinstance(data, dict) else {}
         return sorted({str(f) for files in groups.values() for f in files})
 
-    def read(self, node_id: str, filename: str) -> Iterator[bytes]:
-        """The whole file, in the chunks it arrives in."""
-        params = {"node_id": node_id, "filename": filename, "lines": -1}
+    def read(self, node_id: str, filename: str, lines: int = -1) -> Iterator[bytes]:
+        """The file, whole or its last `lines` lines, in the chunks it arrives in: a reader that
+        stops early reads no further."""
+        params = {"node_id": node_id, "filename": filename, "lines": lines}
         with self._stream("GET", "/api/v0/logs/file", params=params) as response:
             if response.status_code >= 400:
                 response.read()
@@ -95,12 +96,24 @@ class RayLogApi:
                 )
             yield from response.iter_bytes()
 
-    def follow(self, node_id: str, filename: str, skip: int, stop: threading.Event) -> Iterator[bytes]:
-        """The file from byte `skip` on, then what is appended, until `stop` is set."""
-        params = {"node_id": node_id, "filename": filename, "lines": -1, "interval": STREAM_INTERVAL_S}
+    def follow(
+        self,
+        node_id: str,
+        filename: str,
+        skip: int,
+        stop: threading.Event,
+        lines: int = -1,
+        opened: Callable[[httpx.Response], None] | None = None,
+    ) -> Iterator[bytes]:
+        """The file from byte `skip` on (of the whole file, or of its last `lines` lines when the
+        stream opened), then what is appended, until `stop` is set. `opened` gets the response,
+        so that another thread can close it (a read waiting for more bytes then ends)."""
+        params = {"node_id": node_id, "filename": filename, "lines": lines, "interval": STREAM_INTERVAL_S}
         with self._stream(
             "GET", "/api/v0/logs/stream", params=params, timeout=httpx.Timeout(10.0, read=None)
         ) as response:
+            if opened is not None:
+                opened(response)
             if response.status_code >= 400:
                 response.read()
                 raise ClusterError(
@@ -114,6 +127,12 @@ class RayLogApi:
                     yield chunk
                 if stop.is_set():
                     return
+
+
+def job_driver_log(submission_id: str) -> str:
+    """The file Ray's job server writes a job's entrypoint output to, on its `driver_node_id`
+    (the log API lists it there); its own lookup by submission id answered HTTP 500 here."""
+    return f"job-driver-{submission_id}.log"
 
 
 def run_glob(job: str, run_id: str) -> str:

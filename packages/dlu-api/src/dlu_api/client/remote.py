@@ -8,7 +8,8 @@ goes through the launcher's Ray job: its log, and its mailbox (`dlu_api.client.w
   reports the job accepted, or turns its failure into a plain error (bad spec on the cluster,
   name taken, dlu-prime missing, version mismatch);
 - `status` and `events` read what the launcher keeps publishing in its log (`remote_status`):
-  one or two HTTP requests, no Ray job;
+  one or two HTTP requests, no Ray job; `wait` and `timeline(follow=True)` follow the log
+  with a `LauncherFeed`, which reads each byte once however long the job runs;
 - `stop`, `debug` and `scale` leave a request in the job's mailbox and read the launcher's
   answer in its log (`remote_mail`).
 
@@ -30,6 +31,14 @@ import httpx
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import remote_mail, remote_status, remote_upload, wire
 from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.launcher_feed import (
+    LauncherFeed,
+    driver_log,
+    follow_human_lines,
+    followed_status,
+    launcher_accepted,
+    open_feed,
+)
 from dlu_api.client.ray_logs import RayLogApi, RemoteRankLogs, rank_log_lines
 from dlu_api.client.remote_delete import delete_runs
 from dlu_api.client.remote_launch import (
@@ -224,15 +233,29 @@ class RemoteJobClient(JobClient):
         return list(self.status(name).events)
 
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
+        """Follows the launcher's log with a `LauncherFeed` (each byte read once); a cluster
+        without Ray's log API has its whole log read every poll."""
+        sid = self._sid(name)
+        feed: LauncherFeed | None = None
+        tried = False
         last: JobStatus | None = None
-        while True:
-            current = self.status(name)
-            if on_update is not None and current != last:
-                on_update(current)
-            last = current
-            if current.finished:
-                return current
-            time.sleep(self._poll)
+        try:
+            while True:
+                info = self._job_info_by_id(sid, name)
+                if not tried and driver_log(sid, info) is not None:  # once its entrypoint started
+                    tried, feed = True, open_feed(self._log_api(), sid, info)
+                current = followed_status(
+                    name, self.address, info, feed, lambda: self._log_text_by_id(sid, name)
+                )
+                if on_update is not None and current != last:
+                    on_update(current)
+                last = current
+                if current.finished:
+                    return current
+                time.sleep(self._poll)
+        finally:
+            if feed is not None:
+                feed.close()
 
     # requests through the mailbox --------------------------------------------------------------
     def _ask(
@@ -248,15 +271,25 @@ class RemoteJobClient(JobClient):
         info = self._job_info_by_id(sid, name)
         if str(info.get("status")) in TERMINAL:
             raise JobNotFoundError(f"job {name!r} on {self.address} has stopped: {what} needs a running job")
-        report = wire.parse_log(self._log_text_by_id(sid, name))
-        if report.accepted is None:
+        accepted = launcher_accepted(self._log_api(), sid, info, lambda: self._log_text_by_id(sid, name))
+        if accepted is None:
             raise JobNotFoundError(
                 f"job {name!r} on {self.address} has not started yet ({info.get('status')}); try again in a moment"
             )
-        remote_mail.check_supported(self.address, report.accepted)
-        return remote_mail.ask(
-            self._request, self.address, name, sid, body, timeout_s or self._request_timeout
-        )
+        remote_mail.check_supported(self.address, accepted)
+        return self._leave_request(name, sid, info, body, timeout_s or self._request_timeout)
+
+    def _leave_request(
+        self, name: str, sid: str, info: dict[str, Any], body: dict[str, Any], timeout_s: float
+    ) -> dict[str, Any]:
+        """Through the mailbox, the answer read from a feed of the log opened before the request
+        is left (only what the launcher appends is read)."""
+        feed = open_feed(self._log_api(), sid, info, tail_lines=1)
+        try:
+            return remote_mail.ask(self._request, self.address, name, sid, body, timeout_s, feed=feed)
+        finally:
+            if feed is not None:
+                feed.close()
 
     def debug(
         self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
@@ -280,14 +313,13 @@ class RemoteJobClient(JobClient):
         """Ask the PrimeMaster to stop through the job's mailbox (the launcher then cleans up and
         ends); a job whose launcher has not started DLU yet is stopped through Ray."""
         sid = self._sid(name)
-        if str(self._job_info_by_id(sid, name).get("status")) in TERMINAL:
+        info = self._job_info_by_id(sid, name)
+        if str(info.get("status")) in TERMINAL:
             return
-        report = wire.parse_log(self._log_text_by_id(sid, name))
-        if report.accepted is not None and report.accepted.get(wire.MAILBOX):
+        accepted = launcher_accepted(self._log_api(), sid, info, lambda: self._log_text_by_id(sid, name))
+        if accepted is not None and accepted.get(wire.MAILBOX):
             try:
-                answer = remote_mail.ask(
-                    self._request, self.address, name, sid, {"action": "stop"}, self._request_timeout
-                )
+                answer = self._leave_request(name, sid, info, {"action": "stop"}, self._request_timeout)
             except JobNotFoundError:
                 return  # it ended meanwhile
             if answer.get("result", {}).get("stopped"):
@@ -337,11 +369,20 @@ class RemoteJobClient(JobClient):
         """The launcher's log: stages, role states and events as they happen, then the final status.
         Wire lines (for this client) are left out."""
         sid = self._sid(name)
+        looked = [self._job_info_by_id(sid, name)] if follow else []  # where its log is
 
-        def finished() -> bool:
-            return str(self._job_info_by_id(sid, name).get("status")) in TERMINAL
+        def finished() -> bool:  # the record just read answers the first look
+            info = looked.pop() if looked else self._job_info_by_id(sid, name)
+            return str(info.get("status")) in TERMINAL
 
-        yield from wire.follow_log(lambda: self._log_text_by_id(sid, name), finished, follow, self._poll)
+        feed = open_feed(self._log_api(), sid, looked[0]) if looked else None
+        if feed is None:
+            yield from wire.follow_log(lambda: self._log_text_by_id(sid, name), finished, follow, self._poll)
+            return
+        try:
+            yield from follow_human_lines(feed, finished, self._poll)
+        finally:
+            feed.close()
 
     def list_jobs(self) -> list[JobSummary]:
         """The newest run of every DLU job; exit codes by the rule `dlu status` uses."""

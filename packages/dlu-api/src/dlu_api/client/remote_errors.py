@@ -92,9 +92,11 @@ def _from_wire(error: dict[str, Any]) -> DLUError:
     return ClusterError(message)
 
 
-def launch_failure(address: str, name: str, log_text: str, ray_message: str = "") -> DLUError:
+def launch_failure(
+    address: str, name: str, log: str | wire.LauncherReport, ray_message: str = ""
+) -> DLUError:
     """Why a DLU entrypoint ended on the cluster without doing its work, from its Ray job log."""
-    report = wire.parse_log(log_text)
+    report = wire.parse_log(log) if isinstance(log, str) else log
     if report.error is not None:
         return _from_wire(report.error)
     text = "\n".join(report.other_lines)

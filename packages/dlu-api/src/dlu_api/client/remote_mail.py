@@ -14,6 +14,7 @@ import httpx
 
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import wire
+from dlu_api.client.launcher_feed import LauncherFeed
 from dlu_api.errors import ClusterError, ClusterSetupError, JobNotFoundError
 
 Request = Callable[..., httpx.Response]
@@ -47,9 +48,12 @@ def ask(
     body: dict[str, Any],
     timeout_s: float,
     poll_s: float = 0.1,
+    feed: LauncherFeed | None = None,
 ) -> dict[str, Any]:
     """Leave `body` for job `name` (Ray job `sid`) and wait for the answer:
-    {"result": ...} or {"error": "..."}.
+    {"result": ...} or {"error": "..."}. `feed`: the launcher's log followed from before the
+    request was left (only what it appends is read); without one, the whole log is read again
+    every `poll_s` (a cluster without Ray's log API).
 
     Raises:
         JobNotFoundError: the job ended before it answered.
@@ -63,10 +67,14 @@ def ask(
     deadline = time.monotonic() + timeout_s
     next_info = time.monotonic() + _INFO_EVERY_S
     while True:
-        response = request("GET", f"/api/jobs/{sid}/logs")
-        if response.status_code >= 400:
-            raise errors.http_error(address, response, f"cannot read the log of job {name!r}")
-        answer = find_answer(str(response.json().get("logs", "")), request_id)
+        if feed is not None:
+            report = feed.wait_for(lambda r: request_id in r.answers, _INFO_EVERY_S)
+            answer = None if report is None else report.answers[request_id]
+        else:
+            response = request("GET", f"/api/jobs/{sid}/logs")
+            if response.status_code >= 400:
+                raise errors.http_error(address, response, f"cannot read the log of job {name!r}")
+            answer = find_answer(str(response.json().get("logs", "")), request_id)
         if answer is not None:
             return answer
         now = time.monotonic()
@@ -80,4 +88,5 @@ def ask(
                 f"job {name!r} on {address} did not answer {body.get('action')!r} within {timeout_s:.0f} s; "
                 f"is its launcher busy? `dlu events -f {name}` shows what it is doing"
             )
-        time.sleep(poll_s)
+        if feed is None:
+            time.sleep(poll_s)

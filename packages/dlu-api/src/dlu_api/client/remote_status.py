@@ -45,10 +45,11 @@ def summary(info: dict[str, Any], name: str, address: str) -> JobSummary:
     return JobSummary(name=name, stage=stage, exit_code=exit_code(info), where=address)
 
 
-def status_from(name: str, address: str, info: dict[str, Any], log_text: str) -> JobStatus:
-    """The job's status: what its launcher last published, or why it has none."""
+def status_from(name: str, address: str, info: dict[str, Any], log: str | wire.LauncherReport) -> JobStatus:
+    """The job's status: what its launcher last published (in its log, whole text or as parsed
+    by a `LauncherFeed`), or why it has none."""
     ray_status = str(info.get("status", "PENDING"))
-    report = wire.parse_log(log_text)
+    report = wire.parse_log(log) if isinstance(log, str) else log
     current = report.current
     message = str(info.get("message") or "")
     if ray_status in TERMINAL:
@@ -56,7 +57,7 @@ def status_from(name: str, address: str, info: dict[str, Any], log_text: str) ->
             return current.model_copy(update={"exit_code": exit_code(info, current)})
         code = exit_code(info)
         if report.accepted is None:
-            reason = str(errors.launch_failure(address, name, log_text, message))
+            reason = str(errors.launch_failure(address, name, report, message))
             return JobStatus(name=name, stage=JobStage.STOPPED, exit_code=code, reason=reason)
         base = current or JobStatus(name=name, stage=JobStage.STOPPED)
         reason = f"its launcher ended ({ray_status}): {message}".rstrip(": ")

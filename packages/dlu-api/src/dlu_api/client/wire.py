@@ -105,30 +105,66 @@ class LauncherReport:
         return self.status.model_copy(update={"events": list(self.events)})
 
 
+class LogParser:
+    """The wire lines of a launcher's log, fed as they come; `report()` says what they said so far.
+
+    Only the latest DLU-STATUS is ever parsed, when a report asks for it: a week-long job's log
+    holds some 100,000 of them (one per status interval), and parsing each one on every read
+    made a remote poll of a day-old job cost 0.26 s of CPU (4 ranks; 2.1 s at 64 ranks).
+    """
+
+    def __init__(self) -> None:
+        self._report = LauncherReport()
+        self._status_line: str | None = None  # the latest DLU-STATUS line, not parsed yet
+
+    def feed(self, lines: Iterable[str]) -> None:
+        report = self._report
+        for raw in lines:
+            tag, _, payload = raw.partition(" ")
+            if tag not in TAGS:
+                report.other_lines.append(raw)
+                continue
+            if tag == STATUS:
+                self._status_line = raw
+                continue
+            try:
+                value = json.loads(payload)
+                if tag == EVENT:
+                    report.events.append(JobEvent.model_validate(value))
+                elif tag == ACCEPTED:
+                    report.accepted = dict(value)
+                elif tag == ANSWER:
+                    report.answers[str(value["id"])] = dict(value)
+                else:
+                    report.error = dict(value)
+            except (ValueError, TypeError, KeyError):
+                report.other_lines.append(raw)
+
+    def report(self) -> LauncherReport:
+        """What the lines fed so far say (a copy: later lines do not change it); a latest status
+        line that does not parse counts as plain text, and the one before it stands."""
+        report = self._report
+        if self._status_line is not None:
+            raw, self._status_line = self._status_line, None
+            try:
+                report.status = JobStatus.model_validate_json(raw.partition(" ")[2])
+            except ValueError:
+                report.other_lines.append(raw)
+        return LauncherReport(
+            accepted=report.accepted,
+            status=report.status,
+            error=report.error,
+            events=list(report.events),
+            answers=dict(report.answers),
+            other_lines=list(report.other_lines),
+        )
+
+
 def parse_log(text: str | Iterable[str]) -> LauncherReport:
     """Read the wire lines of a launcher's log; a line that does not parse counts as plain text."""
-    report = LauncherReport()
-    lines = text.splitlines() if isinstance(text, str) else list(text)
-    for raw in lines:
-        tag, _, payload = raw.partition(" ")
-        if tag not in TAGS:
-            report.other_lines.append(raw)
-            continue
-        try:
-            value = json.loads(payload)
-            if tag == STATUS:
-                report.status = JobStatus.model_validate(value)
-            elif tag == EVENT:
-                report.events.append(JobEvent.model_validate(value))
-            elif tag == ACCEPTED:
-                report.accepted = dict(value)
-            elif tag == ANSWER:
-                report.answers[str(value["id"])] = dict(value)
-            else:
-                report.error = dict(value)
-        except (ValueError, TypeError, KeyError):
-            report.other_lines.append(raw)
-    return report
+    parser = LogParser()
+    parser.feed(text.splitlines() if isinstance(text, str) else text)
+    return parser.report()
 
 
 def major_minor(version: str) -> tuple[int, int] | None:
