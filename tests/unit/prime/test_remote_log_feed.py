@@ -18,7 +18,7 @@ import pytest
 from fake_jobs_api import FakeJobsApi, serve, until
 
 from dlu_api.client import wire
-from dlu_api.client.launcher_feed import read_head
+from dlu_api.client.launcher_feed import LauncherFeed, follow_human_lines, read_head
 from dlu_api.client.remote import RemoteJobClient
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import ActorStatus, JobStage, JobStatus, RoleStatus
@@ -167,3 +167,26 @@ def test_a_cluster_without_the_log_api_is_followed_through_the_jobs_api(
         thread.join(20)
         assert result and result[0].exit_code == 130
         assert fake.sent_by.get("stream", 0) == 0 and fake.sent_by.get("jobs", 0) > 0
+
+
+class EndedLog:
+    """A RayLogApi stand-in for a job that ended: its whole log, then a stream with nothing new."""
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def read(self, node_id: str, filename: str, lines: int = -1) -> Iterator[bytes]:
+        del node_id, filename, lines
+        yield self.text
+
+    def follow(self, *_: Any) -> Iterator[bytes]:
+        return iter(())
+
+
+def test_a_followed_timeline_ends_with_a_last_line_that_has_no_newline() -> None:
+    log: Any = EndedLog(b"x\n" + wire.line(wire.ACCEPTED, {}).encode() + b"\ny\nTraceback: boom")
+    feed = LauncherFeed(log, "node", "job-driver-x.log").open()
+    try:
+        assert list(follow_human_lines(feed, lambda: True, 0.01)) == ["x", "y", "Traceback: boom"]
+    finally:
+        feed.close()

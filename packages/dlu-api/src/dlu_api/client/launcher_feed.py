@@ -94,8 +94,8 @@ class LauncherFeed:
                 self._changed.wait(min(left, 1.0))
 
     def settle(self, quiet_s: float = 4 * STREAM_INTERVAL_S, at_most_s: float = 10.0) -> wire.LauncherReport:
-        """The report once nothing came for `quiet_s` (lines on their way after the job ended),
-        waiting `at_most_s` at most."""
+        """For a job that ended: the report once nothing came for `quiet_s` (lines on their way),
+        waiting `at_most_s` at most; a last line without its newline counts (a traceback)."""
         deadline = time.monotonic() + at_most_s
         while time.monotonic() < deadline:
             with self._changed:
@@ -103,7 +103,9 @@ class LauncherFeed:
             if idle >= quiet_s:
                 break
             time.sleep(min(quiet_s - idle, max(0.0, deadline - time.monotonic())) + 0.01)
-        return self.report()
+        with self._changed:
+            self._parser.feed(self._split.flush())
+            return self._parser.report()
 
     def close(self) -> None:
         self._stop.set()
@@ -115,12 +117,6 @@ class LauncherFeed:
                 logger.debug("closing the stream of %s: %s", self.filename, exc)
         if self._thread is not None:
             self._thread.join(5)
-
-    def __enter__(self) -> LauncherFeed:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     # the stream --------------------------------------------------------------------------------
     def _take(self, chunk: bytes) -> None:
