@@ -22,6 +22,12 @@ from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatu
 from dlu_prime import mailbox, ray_private
 from dlu_prime.publish import StatusPublisher
 
+SPEC = {  # the job every test submits
+    "name": "demo",
+    "device_type": "CPU",
+    "device_per_node": 0,
+    "roles": [{"name": "worker", "entrypoint": "pkg.mod:main", "total": 2}],
+}
 NODE = "fa4e" * 14  # the one node: every job's driver runs there
 
 

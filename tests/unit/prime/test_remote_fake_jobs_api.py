@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_jobs_api import FakeJobsApi, serve, until
+from fake_jobs_api import SPEC, FakeJobsApi, serve, until
 from typer.testing import CliRunner
 
 import dlu_api.cli as cli
@@ -27,13 +27,6 @@ from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
 
 pytestmark = pytest.mark.timeout(60)
-
-SPEC = {
-    "name": "demo",
-    "device_type": "CPU",
-    "device_per_node": 0,
-    "roles": [{"name": "worker", "entrypoint": "pkg.mod:main", "total": 2}],
-}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_jobs_api import FakeJobsApi, serve, until
+from fake_jobs_api import SPEC, FakeJobsApi, serve, until
 
 from dlu_api.client import wire
 from dlu_api.client.launcher_feed import LauncherFeed, follow_human_lines, read_head
@@ -25,12 +25,6 @@ from dlu_api.status import ActorStatus, JobStage, JobStatus, RoleStatus
 
 pytestmark = pytest.mark.timeout(60)
 
-SPEC = {
-    "name": "demo",
-    "device_type": "CPU",
-    "device_per_node": 0,
-    "roles": [{"name": "worker", "entrypoint": "pkg.mod:main", "total": 2}],
-}
 OLD_STATUSES = 3000  # a long run's history, written before the driver attaches (about 0.9 MB)
 
 
