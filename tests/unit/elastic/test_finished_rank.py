@@ -154,7 +154,7 @@ def test_a_master_whose_role_finished_tells_idle_agents_of_any_round_to_stop(ove
     from dlu_elastic.rendezvous.servicer import ElasticServicer
     from dlu_elastic.rendezvous.state import Rendezvous, StaleRoundError
 
-    servicer = ElasticServicer(Rendezvous(min_nodes=2, max_nodes=2, grace_s=1.0), training_over=lambda: over)
+    servicer = ElasticServicer(Rendezvous(min_nodes=2, max_nodes=2, grace_s=1.0), training_over=over)
     old_round = _beat("job.trainer.0", 7, idle=True)  # a round of the master it replaced
     if over:
         assert servicer.heartbeat(old_round).action == pb.ACTION_STOP

@@ -69,13 +69,13 @@ class ElasticMaster(SubMaster):
         self._members: list[int] | None = None  # ranks of the role now, once a resize said so
         # A replacement for a role whose ranks all finished: tell them training is over (before
         # the endpoint is published, so no finished rank follows it into a new round).
-        self.training_over = self.role_finished()
+        training_over = self.role_finished()
         servicer = ElasticServicer(
             self.rendezvous,
             on_heartbeat=self._on_heartbeat,
             on_failure=self._on_failure,
             pending_action=self._pending_action,
-            training_over=lambda: self.training_over,
+            training_over=training_over,
         )
         import ray
 
@@ -84,7 +84,7 @@ class ElasticMaster(SubMaster):
         self.server: RunningServer = serve(host, 0, token=self.token, servicer=servicer)
         self.publish({"address": self.server.address, "token": self.token})
         logger.info("role %s: elastic rendezvous serving at %s", self.role, self.server.address)
-        if self.training_over:
+        if training_over:
             logger.info("role %s: every rank had finished; they are told training is over", self.role)
 
     # node check --------------------------------------------------------------------------------

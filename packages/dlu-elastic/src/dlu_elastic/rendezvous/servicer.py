@@ -25,7 +25,6 @@ NodeCheckHook = Callable[[pb.NodeCheckReport], None]
 HeartbeatHook = Callable[[pb.HeartbeatRequest], "pb.Action | int"]
 FailureHook = Callable[[pb.FailureReport], None]
 PendingActionHook = Callable[[], "pb.Action | int"]
-TrainingOverHook = Callable[[], bool]
 
 _ACTIONS = frozenset(pb.Action.values())
 _MAX_ERROR_LENGTH = 64 * 1024  # error texts are tracebacks; more is a runaway log, not a report
@@ -43,10 +42,10 @@ class ElasticServicer:
         on_heartbeat: HeartbeatHook | None = None,
         on_failure: FailureHook | None = None,
         pending_action: PendingActionHook | None = None,
-        training_over: TrainingOverHook | None = None,
+        training_over: bool = False,
     ) -> None:
         self.rendezvous = rendezvous
-        self._training_over = training_over
+        self.training_over = training_over
         self._on_node_check = on_node_check
         self._on_heartbeat = on_heartbeat
         self._on_failure = on_failure
@@ -118,7 +117,7 @@ class ElasticServicer:
         """An idle agent of a role whose training is over (every rank had finished before this
         master started) is told to stop whatever its round: a finished rank that followed a
         replaced master must not train again."""
-        return request.idle and self._training_over is not None and self._training_over()
+        return request.idle and self.training_over
 
     def report_failure(self, request: pb.FailureReport) -> pb.Ack:
         check_id("agent_id", request.agent_id)
