@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from dlu_api.spec.model_base import SpecModel
+from dlu_api.spec.model_base import MAX_COUNT, MAX_PER_NODE, MAX_SECONDS, SpecModel
 from dlu_api.spec.torchrun import parse_nnodes
 
 
@@ -24,22 +24,23 @@ class NodeCheckSettings(SpecModel):
     """Thresholds of the pre-training node check (timed matmul + allreduce in node pairs)."""
 
     enabled: bool = True
-    timeout_s: float = Field(default=300.0, gt=0, description="A check round slower than this fails.")
+    timeout_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS, description="A check round slower than this fails.")
     straggler_ratio: float = Field(
         default=2.0,
         gt=1,
+        le=MAX_COUNT,
         description="A node whose best time exceeds the median by this factor is a straggler.",
     )
     exclude_stragglers: bool = False
-    matmul_size: int = Field(default=1024, ge=16, description="Side of the square matmul.")
-    allreduce_mb: float = Field(default=16.0, gt=0, description="Size of the allreduce payload.")
+    matmul_size: int = Field(default=1024, ge=16, le=65_536, description="Side of the square matmul.")
+    allreduce_mb: float = Field(default=16.0, gt=0, le=65_536, description="Size of the allreduce payload.")
 
 
 class ElasticSettings(SpecModel):
     """torchrun's knobs for an elastic role."""
 
     nnodes: str = Field(default="1", description="Node count 'N', or an elastic range 'MIN:MAX'.")
-    nproc_per_node: int = Field(default=1, ge=1)
+    nproc_per_node: int = Field(default=1, ge=1, le=MAX_PER_NODE)
     comm_backend: CommBackend = CommBackend.AUTO
     node_check: NodeCheckSettings = Field(default_factory=NodeCheckSettings)
     setup_process_group: bool = Field(
@@ -54,23 +55,27 @@ class ElasticSettings(SpecModel):
     rendezvous_grace_s: float = Field(
         default=30.0,
         ge=0,
+        le=MAX_SECONDS,
         description="With a MIN:MAX range, how long to wait for MAX nodes once MIN have joined.",
     )
     start_timeout_s: float = Field(
         default=60.0,
         gt=0,
+        le=MAX_SECONDS,
         description="With a MIN:MAX range, how long the job waits for Ray to place MAX nodes before it "
         "starts with the nodes it has (at least MIN; fewer: it stops, saying what was missing).",
     )
     replace_timeout_s: float = Field(
         default=30.0,
         gt=0,
+        le=MAX_SECONDS,
         description="With a MIN:MAX range, how long a node's ranks may stay unplaceable (Ray restarting "
         "them) before the node counts as lost for good and the role shrinks in place.",
     )
     resize_interval_s: float = Field(
         default=60.0,
         ge=0,
+        le=MAX_SECONDS,
         description="With a MIN:MAX range, the least time between two automatic resizes of the role "
         "(a flapping node cannot make it thrash).",
     )

@@ -114,6 +114,16 @@ def fix_for(kind: str, ctx: dict[str, Any], loc: Loc, field: str) -> str:
         close = difflib.get_close_matches(leaf, allowed, n=1)
         rename = f", or rename it to {close[0]!r}" if close else ""
         return f"remove {leaf!r}{rename}; {parent} takes: {', '.join(allowed)}."
+    if kind in ("less_than_equal", "less_than"):
+        bound = ctx.get("le", ctx.get("lt"))
+        return (
+            f"set {leaf} to a value {'<=' if kind == 'less_than_equal' else '<'} {bound}; "
+            "a larger one is a typo or more than one job can run."
+        )
+    if kind == "finite_number":
+        return f"set {leaf} to a finite number, e.g. {_example(leaf, info, '1.0')} (not .inf or .nan)."
+    if kind == "bool_not_number":
+        return f"set {leaf} to a number, e.g. {_example(leaf, info, '1')}."
     if kind in ("greater_than_equal", "greater_than"):
         bound = ctx.get("ge", ctx.get("gt"))
         return f"set {leaf} to a value {'>=' if kind == 'greater_than_equal' else '>'} {bound}."
@@ -125,6 +135,8 @@ def fix_for(kind: str, ctx: dict[str, Any], loc: Loc, field: str) -> str:
         return f"give {leaf} at least {ctx.get('min_length')} item(s)."
     if hint is not None:
         return f"set {leaf} to {hint}."
+    if kind == "plain_digits":
+        return f"write {leaf} in the digits 0-9 without '_', e.g. {_example(leaf, info, '1')}."
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"set {leaf} to a whole number, e.g. {_example(leaf, info, '1')}."
     if kind in ("float_type", "float_parsing"):

@@ -1,12 +1,15 @@
 """Reading and writing job specs as YAML or JSON; pydantic errors become `SpecError`s.
 
 A spec file must be UTF-8 and may not write a key twice in one mapping (YAML and JSON loaders
-would keep the last silently): both are refused naming the file, the key and its lines.
+would keep the last silently): both are refused naming the file, the key and its lines. Every
+reader's limit (`dlu_api.spec.plain`) is checked before the data is built, and every problem of
+a spec is reported at once: a duplicate key or a YAML date does not hide the others.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,8 @@ from pydantic import ValidationError
 from dlu_api.errors import Problem, SpecError
 from dlu_api.spec.fixes import field_path, problems_from_validation
 from dlu_api.spec.models import JobSpec
-from dlu_api.spec.rules import ensure_valid
+from dlu_api.spec.plain import MAX_SPEC_BYTES, check_plain, check_size, escape_text
+from dlu_api.spec.rules import check_spec
 from dlu_api.spec.strict import DuplicateKey, load_json, load_yaml
 
 __all__ = [
@@ -38,15 +42,26 @@ def spec_from_dict(data: Any, *, validate: bool = True) -> JobSpec:
     Raises:
         SpecError: the data is not a valid spec; lists every problem found.
     """
+    return _build(data, [], validate=validate)
+
+
+def _build(data: Any, found: list[Problem], *, validate: bool) -> JobSpec:
+    """The spec, or a `SpecError` with `found` and every problem of the data."""
     if not isinstance(data, dict):
         raise SpecError(
-            [Problem("spec", "a job spec must be a mapping.", "start the file with 'name: ...'.")]
+            [*found, Problem("spec", "a job spec must be a mapping.", "start the file with 'name: ...'.")]
         )
+    clean, problems = check_plain(data)
+    problems = [*found, *problems]
     try:
-        spec = JobSpec.model_validate(data)
+        spec = JobSpec.model_validate(clean)
     except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc, data)) from None
-    return ensure_valid(spec) if validate else spec
+        raise SpecError([*problems, *problems_from_validation(exc, clean)]) from None
+    if validate:
+        problems += check_spec(spec)
+    if problems:
+        raise SpecError(problems)
+    return spec
 
 
 def spec_text_data(text: str, *, fmt: str = "yaml", source: str = "the spec") -> Any:
@@ -56,25 +71,31 @@ def spec_text_data(text: str, *, fmt: str = "yaml", source: str = "the spec") ->
         SpecError: unparsable text, or a key written twice in one mapping.
     """
     kind = fmt.upper()
+    check_size(len(text), source)
     try:
-        data, duplicates = load_json(text) if fmt == "json" else load_yaml(text)
+        data, duplicates = load_json(text, source) if fmt == "json" else load_yaml(text, source)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise SpecError(
             [Problem("spec", f"cannot parse {kind} in {source}: {exc}", f"fix the {kind} syntax there.")]
         ) from None
+    except RecursionError:  # a parser's own recursion, past what the event pass lets through
+        raise SpecError(
+            [Problem("spec", f"{source} nests too deep to read.", "flatten the data.")]
+        ) from None
     if duplicates:
-        raise SpecError([_duplicate_problem(d, data, source, kind) for d in duplicates])
+        _build(data, [_duplicate_problem(d, data, source, kind) for d in duplicates], validate=True)
     return data
 
 
 def _duplicate_problem(duplicate: DuplicateKey, data: Any, source: str, kind: str) -> Problem:
     where = field_path(duplicate.loc, data) if duplicate.loc else "the top level"
     lines = ", ".join(map(str, duplicate.lines))
+    where, key = escape_text(where), escape_text(duplicate.key)
     return Problem(
-        field_path((*duplicate.loc, duplicate.key), data),
-        f"{source} sets {duplicate.key!r} {len(duplicate.lines)} times in {where} (lines {lines}); "
+        escape_text(field_path((*duplicate.loc, duplicate.key), data)),
+        f"{source} sets {key!r} {len(duplicate.lines)} times in {where} (lines {lines}); "
         f"{kind} keeps only the last, so the others would be ignored without a word.",
-        f"keep one {duplicate.key!r} in {where}: delete or rename the one(s) on line(s) "
+        f"keep one {key!r} in {where}: delete or rename the one(s) on line(s) "
         f"{', '.join(map(str, duplicate.lines[1:]))}.",
     )
 
@@ -98,7 +119,10 @@ def read_spec_data(path: str | Path) -> Any:
     """
     file = Path(path)
     try:
-        raw = file.read_bytes()
+        with file.open("rb") as stream:
+            check_size(os.fstat(stream.fileno()).st_size, str(file))
+            raw = stream.read(MAX_SPEC_BYTES + 1)  # a pipe or a growing file: read no more
+        check_size(len(raw), str(file))
     except OSError as exc:
         raise SpecError(
             [Problem("spec", f"cannot read {file}: {exc.strerror}.", "check the path.")]

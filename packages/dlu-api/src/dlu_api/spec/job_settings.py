@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, JsonValue, ValidationInfo, field_validator
 
 from dlu_api.rank_logs import parse_modes
-from dlu_api.spec.model_base import MemoryBytes, SpecModel
+from dlu_api.spec.model_base import MAX_AMOUNT, MAX_COUNT, MAX_SECONDS, MemoryBytes, SpecModel
 
 
 class StateStoreSpec(SpecModel):
@@ -20,31 +20,41 @@ class StateStoreSpec(SpecModel):
     name: str = Field(default="embedded", description="'embedded', 'memory', 'redis', or a plugin.")
     options: dict[str, JsonValue] = Field(default_factory=dict)
 
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(
+                "state_store.name is empty: write 'embedded' (the default), 'memory', 'redis' or "
+                "a plugin's name, or leave state_store out"
+            )
+        return value
+
 
 class Limits(SpecModel):
     """Restart budgets; exceeding one stops the job with a reason naming it."""
 
-    job_max_restart: int = Field(default=10, ge=0)
-    node_max_restart: int = Field(default=10, ge=0)
-    master_max_restart: int = Field(default=10, ge=0)
+    job_max_restart: int = Field(default=10, ge=0, le=MAX_COUNT)
+    node_max_restart: int = Field(default=10, ge=0, le=MAX_COUNT)
+    master_max_restart: int = Field(default=10, ge=0, le=MAX_COUNT)
     global_restart_budget: int = Field(
-        default=3, ge=0, description="Job-wide (global) restarts allowed, as in the health seed."
+        default=3, ge=0, le=MAX_COUNT, description="Job-wide (global) restarts allowed, as in the health seed."
     )
 
 
 class HealthSettings(SpecModel):
-    heartbeat_interval_s: float = Field(default=5.0, gt=0)
-    heartbeat_timeout_s: float = Field(default=120.0, gt=0)
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=MAX_SECONDS)
+    heartbeat_timeout_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS)
     hang_timeout_s: float | None = Field(
-        default=None, gt=0, description="No training step for this long counts as a hang; unset: off."
+        default=None, gt=0, le=MAX_SECONDS, description="No training step for this long counts as a hang; unset: off."
     )
-    monitor_interval_s: float = Field(default=1.0, gt=0)
+    monitor_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
 
 
 class MasterSettings(SpecModel):
     """Resources of the PrimeMaster actor and the isolation resources that pin actors to nodes."""
 
-    cpu: float = Field(default=1.0, ge=0)
+    cpu: float = Field(default=1.0, ge=0, le=MAX_AMOUNT)
     memory: MemoryBytes = 0
     isolation_resource: str | None = Field(
         default=None, description="Custom resource that only the PrimeMaster's nodes offer."

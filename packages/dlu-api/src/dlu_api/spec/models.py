@@ -22,7 +22,15 @@ from pydantic import (
 from dlu_api.spec.elastic_settings import CommBackend, ElasticSettings, NodeCheckSettings
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.job_settings import HealthSettings, Limits, LogsSettings, MasterSettings, StateStoreSpec
-from dlu_api.spec.model_base import MemoryBytes, SpecModel
+from dlu_api.spec.model_base import (
+    MAX_ACTORS,
+    MAX_AMOUNT,
+    MAX_COUNT,
+    MAX_NODES,
+    MAX_PER_NODE,
+    MemoryBytes,
+    SpecModel,
+)
 from dlu_api.spec.torchrun import parse_nnodes, parse_torchrun
 
 API_VERSION = "dlu/v1"
@@ -84,11 +92,12 @@ class PlacementStrategy(StrEnum):
 class Resources(SpecModel):
     """What one actor of a role asks Ray for."""
 
-    cpu: float = Field(default=1.0, ge=0, description="CPU cores per actor.")
+    cpu: float = Field(default=1.0, ge=0, le=MAX_AMOUNT, description="CPU cores per actor.")
     memory: MemoryBytes = 0
     gpu: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_AMOUNT,
         description="GPUs per actor. Unset: 1 for elastic roles of a GPU job, else 0.",
     )
     custom: dict[str, float] = Field(
@@ -101,8 +110,8 @@ class Resources(SpecModel):
         for name, amount in value.items():
             if name in ("CPU", "GPU", "memory", "object_store_memory"):
                 raise ValueError(f"custom resource {name!r} is built in; use the cpu/gpu/memory fields")
-            if amount < 0:
-                raise ValueError(f"custom resource {name!r} must be >= 0")
+            if not 0 <= amount <= MAX_AMOUNT:
+                raise ValueError(f"custom resource {name!r} must be between 0 and {MAX_AMOUNT:g}")
         return value
 
 
@@ -112,16 +121,17 @@ class RoleSpec(SpecModel):
     name: str = Field(pattern=ROLE_PATTERN)
     kind: RoleKind = RoleKind.SIMPLE
     entrypoint: str = Field(min_length=1)
-    total: int = Field(default=1, description="Actor count; for elastic roles nnodes x nproc_per_node.")
-    per_group: int = Field(default=1, description="Actors per placement bundle (per node); sets LOCAL_RANK.")
+    total: int = Field(default=1, le=MAX_ACTORS, description="Actor count; for elastic roles nnodes x nproc_per_node.")
+    per_group: int = Field(default=1, le=MAX_PER_NODE, description="Actors per placement bundle (per node); sets LOCAL_RANK.")
     resources: Resources = Field(default_factory=Resources)
     env: dict[str, str] = Field(default_factory=dict)
     max_restart: int = Field(
         default=10,
+        le=MAX_COUNT,
         description="Restarts of this role (actor restarts, and in-place restarts of its training) before the job stops.",
     )
     per_node_max_failure: int = Field(
-        default=3, description="Failures on one node before that node is relaunched."
+        default=3, le=MAX_COUNT, description="Failures on one node before that node is relaunched."
     )
     is_driver: bool = Field(default=True, description="The job ends when every driver role has finished.")
     resizable: bool = Field(
@@ -130,7 +140,7 @@ class RoleSpec(SpecModel):
         "the node count (within MIN..MAX) of an elastic one.",
     )
     max_total: int | None = Field(
-        default=None, ge=1, description="The largest actor count `dlu scale` may set; unset: no bound."
+        default=None, ge=1, le=MAX_ACTORS, description="The largest actor count `dlu scale` may set; unset: no bound."
     )
     rank_based_gpu_selection: bool = False
     recovery: RecoveryPolicy | None = Field(
@@ -142,7 +152,7 @@ class RoleSpec(SpecModel):
         ),
     )
     escalate_after: int = Field(
-        default=3, description="Restarts after which any failure of this role restarts the job."
+        default=3, le=MAX_COUNT, description="Restarts after which any failure of this role restarts the job."
     )
     sub_master: str | None = Field(
         default=None, description="'module:Class' of the SubMaster; required for kind=custom."
@@ -219,8 +229,8 @@ class JobSpec(SpecModel):
         default_factory=dict, description="User config, readable in workers."
     )
     env: dict[str, str] = Field(default_factory=dict, description="Env vars of every actor.")
-    node_num: int = Field(default=1, description="Nodes the job may use.")
-    device_per_node: int = Field(default=8, description="Accelerators per node.")
+    node_num: int = Field(default=1, le=MAX_NODES, description="Nodes the job may use.")
+    device_per_node: int = Field(default=8, le=MAX_PER_NODE, description="Accelerators per node.")
     device_type: DeviceType = DeviceType.GPU
     roles: list[RoleSpec] = Field(min_length=1)
     collocations: list[Collocation] = Field(default_factory=list[Collocation])

@@ -6,11 +6,15 @@ DLU does its own rendezvous, so torchrun's rendezvous and master flags are accep
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
 from dlu_api.rank_logs import parse_modes
 from dlu_api.spec.entrypoint import is_torchrun_command, split_command
+
+MAX_NODES = 10_000  # the most nodes a job or an elastic role may ask for
+_DIGITS = re.compile(r"[0-9]{1,6}")
 
 # torchrun flags DLU accepts and ignores: it does its own rendezvous, monitoring and placement.
 _IGNORED_VALUE_FLAGS = frozenset(
@@ -67,14 +71,15 @@ def parse_nnodes(value: str) -> tuple[int, int]:
         ValueError: not N or MIN:MAX with 1 <= MIN <= MAX.
     """
     parts = value.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"--nnodes {value!r} is not N or MIN:MAX") from None
+    if not all(_DIGITS.fullmatch(p) for p in parts):  # int() would take '1_0' and '٣'
+        raise ValueError(f"--nnodes {ascii(value)} is not N or MIN:MAX in the digits 0-9")
+    numbers = [int(p) for p in parts]
     if len(numbers) == 1:
         numbers = numbers * 2
     if len(numbers) != 2 or numbers[0] < 1 or numbers[0] > numbers[1]:
         raise ValueError(f"--nnodes {value!r} must be N or MIN:MAX with 1 <= MIN <= MAX")
+    if numbers[1] > MAX_NODES:
+        raise ValueError(f"--nnodes {value!r} asks for more than {MAX_NODES} nodes")
     return numbers[0], numbers[1]
 
 
