@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlu_api.errors import Problem, SpecError
+from dlu_api.spec.channels import channel_problems
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import JobSpec, RoleKind
 from dlu_api.spec.rules import ensure_valid
@@ -40,8 +41,14 @@ CLUSTER_HINT = "run it on a cluster (`dlu run --address http://HEAD:8265`)"
 
 
 def code_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
-    """Entrypoints, SubMasters, state store and extension that cannot be found or built here."""
-    return entrypoint_problems(spec, workdir) + store_problems(spec) + extension_problems(spec, workdir)
+    """Entrypoints, SubMasters, state store and extension that cannot be found or built here, and
+    data channels that a role reads and no role writes (as `dlu validate` finds them)."""
+    return (
+        entrypoint_problems(spec, workdir)
+        + channel_problems(spec, workdir)
+        + store_problems(spec)
+        + extension_problems(spec, workdir)
+    )
 
 
 def check(spec: JobSpec, workdir: str | None) -> None:

@@ -6,6 +6,7 @@ Registered on the one `dlu` app (`dlu_api.cli.shared.app`) when `dlu_api.cli` im
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,16 +15,31 @@ import typer
 
 from dlu_api.cli.shared import app
 from dlu_api.errors import SpecError
+from dlu_api.spec.channels import channel_problems
 from dlu_api.spec.io import job_schema, load_spec
+
+
+def check_file(path: Path) -> None:
+    """What `dlu validate` checks in one spec file: the spec, and its roles' data channels as
+    read from the current directory (where `dlu run` looks for the job's code too).
+
+    Raises:
+        SpecError: every problem found.
+    """
+    spec = load_spec(path)
+    problems = channel_problems(spec, os.getcwd())
+    if problems:
+        raise SpecError(problems)
 
 
 @app.command()
 def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
-    """Check spec files and print every problem, each with its field and fix."""
+    """Check spec files and print every problem, each with its field and fix (a data channel that
+    a role reads and no role writes included)."""
     bad = 0
     for path in specs:
         try:
-            load_spec(path)
+            check_file(path)
         except SpecError as exc:
             bad += 1
             typer.echo(f"{path}: {len(exc.problems)} problem(s)")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from dlu_api.errors import Problem, SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
+from dlu_api.spec.model_base import MAX_ACTORS
 from dlu_api.spec.models import DeviceType, JobSpec, RoleKind, RoleSpec
 from dlu_api.spec.torchrun import parse_torchrun
 from dlu_api.spec.units import SUSPICIOUS_BYTES, format_bytes
@@ -29,6 +30,18 @@ def unique_role_names(spec: JobSpec) -> Iterator[Problem]:
                 f"{count} roles are named {name!r}.",
                 "give every role a different name.",
             )
+
+
+def actors_are_bounded(spec: JobSpec) -> Iterator[Problem]:
+    """Each role's total is bounded by the model; all of them together are bounded here."""
+    actors = sum(r.total for r in spec.roles)
+    if actors > MAX_ACTORS:
+        parts = ", ".join(f"{r.name} {r.total}" for r in spec.roles)
+        yield Problem(
+            "roles",
+            f"the roles ask for {actors} actors in all ({parts}), more than the limit of {MAX_ACTORS}.",
+            f"lower the roles' total so that they add up to {MAX_ACTORS} or fewer.",
+        )
 
 
 def positive_counts(spec: JobSpec) -> Iterator[Problem]:
@@ -326,6 +339,7 @@ def health_is_sound(spec: JobSpec) -> Iterator[Problem]:
 
 RULES: tuple[Rule, ...] = (
     unique_role_names,
+    actors_are_bounded,
     positive_counts,
     collocations_name_known_roles,
     gpu_demand_fits,
