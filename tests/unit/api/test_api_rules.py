@@ -116,6 +116,13 @@ CASES: list[tuple[str, Callable[..., Any], str, list[Mutation], list[str]]] = [
         [on("reward", name="rollout"), job(collocations=[])],
         ["roles[rollout]"],
     ),
+    (
+        "actors-past-the-bound-together",
+        rules.actors_are_bounded,
+        "roles",
+        [cpu_job, on("rollout", total=6000), on("reward", total=6000)],
+        ["roles"],
+    ),
     ("node-num-zero", rules.positive_counts, "node_num", [job(node_num=0)], ["node_num", "roles"]),
     (
         "device-per-node-zero-gpu",
