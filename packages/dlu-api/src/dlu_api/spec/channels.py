@@ -80,6 +80,7 @@ class _Finder:
         self.makers = _constructor_names(tree)
         self.use = Use()
         self.seen: set[str] = set()
+        self.assigned: set[int] = set()  # channel calls whose result is bound to a name
 
     def _channel_name(self, node: ast.AST) -> str | None | bool:
         """A call `channel("x", ...)`: "x"; `channel(name)`: None; anything else: False."""
@@ -113,6 +114,7 @@ class _Finder:
         name = self._channel_name(value)
         if name is False:
             return
+        self.assigned.add(id(value))
         if name is None:
             self.use.unknown = True
         elif isinstance(target, ast.Name) and isinstance(name, str):
@@ -139,6 +141,9 @@ class _Finder:
                     self.scan(callee.body)
         for node in ast.walk(stmt):
             handed_on = isinstance(node, ast.Name) and node.id in bound and isinstance(node.ctx, ast.Load)
+            made = self._channel_name(node)
+            if made is None or (made is not False and id(node) not in calls | self.assigned):
+                handed_on = True  # a name not written out, or a new channel passed somewhere
             if handed_on and id(node) not in calls:
                 self.use.unknown = True
 
