@@ -144,12 +144,16 @@ def hostile(big: int = BIG) -> Iterator[Case]:
     deep = 500
     yield Case("deep-yaml-block", ".yaml", (HEAD + ROLE + "config:\n" + "".join(
         "  " * (i + 1) + f"k{i}:\n" for i in range(deep)) + "  " * (deep + 1) + "x\n").encode())  # fmt: skip
-    yield Case("deep-yaml-flow", ".yaml", (HEAD + ROLE + "config: " + "[" * deep + "]" * deep + "\n").encode())
-    yield Case("deep-json", ".json", ('{"name": "fuzz", "config": ' + '{"a": ' * deep + "1" + "}" * (deep + 1)).encode())
-    yield Case("deep-json-lists", ".json", ("[" * 100_000 + "]" * 100_000).encode())
-    laughs = "".join(
-        f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 10)
+    yield Case(
+        "deep-yaml-flow", ".yaml", (HEAD + ROLE + "config: " + "[" * deep + "]" * deep + "\n").encode()
     )
+    yield Case(
+        "deep-json",
+        ".json",
+        ('{"name": "fuzz", "config": ' + '{"a": ' * deep + "1" + "}" * (deep + 1)).encode(),
+    )
+    yield Case("deep-json-lists", ".json", ("[" * 100_000 + "]" * 100_000).encode())
+    laughs = "".join(f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 10))
     yield Case("billion-laughs", ".yaml", (HEAD + ROLE + "config:\n  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + laughs).encode())  # fmt: skip
     yield Case("self-alias", ".yaml", (HEAD + ROLE + "config: &c {a: *c}\n").encode())
     yield Case("merge-bomb", ".yaml", (HEAD + ROLE + "config:\n  b0: &b0 {a: 1, b: 2}\n" + "".join(
@@ -173,8 +177,12 @@ def hostile(big: int = BIG) -> Iterator[Case]:
     yield Case("inf-nan-timeouts", ".yaml", (HEAD + ROLE + "health: {heartbeat_timeout_s: .inf, monitor_interval_s: .nan}\n").encode())  # fmt: skip
     yield Case("empty-store-name", ".yaml", (HEAD + ROLE + "state_store: {name: ''}\n").encode())
     yield Case("latin1", ".yaml", (HEAD + ROLE).replace("fuzz", "f\xfczz").encode("latin-1"))
-    yield Case("python-tag", ".yaml", (HEAD + ROLE + "config: !!python/object/apply:os.system ['true']\n").encode())
-    yield Case("binary-and-set", ".yaml", (HEAD + ROLE + "config: {b: !!binary aGk=, s: !!set {a, b}}\n").encode())
+    yield Case(
+        "python-tag", ".yaml", (HEAD + ROLE + "config: !!python/object/apply:os.system ['true']\n").encode()
+    )
+    yield Case(
+        "binary-and-set", ".yaml", (HEAD + ROLE + "config: {b: !!binary aGk=, s: !!set {a, b}}\n").encode()
+    )
     yield Case("not-a-mapping", ".yaml", b"- a\n- b\n")
     yield Case("empty", ".yaml", b"")
     yield Case("nul-bytes", ".yaml", b"name: \x00\x00\n")
@@ -217,7 +225,7 @@ def validate_once(path: Path, check: Callable[[Path], None]) -> tuple[str, str]:
     except SpecError as exc:
         str(exc).encode("utf-8")  # what validate prints must be printable
         return "refused", str(exc)[:300]
-    except BaseException as exc:  # noqa: BLE001 - any other exception is the finding
+    except BaseException as exc:  # any other exception is the finding
         return "traceback", f"{type(exc).__name__}: {str(exc)[:300]}"
     return "ok", ""
 

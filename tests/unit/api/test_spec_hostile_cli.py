@@ -30,6 +30,10 @@ NO_WRITER = (  # the README's first spec: two of the pipeline's four roles
 )
 
 
+def _problem_lines(output: str) -> list[str]:
+    return sorted(line.strip() for line in output.splitlines() if line.strip().startswith("- "))
+
+
 def _dlu(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DLU, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
@@ -62,7 +66,6 @@ def test_validate_and_run_refuse_alike_and_start_nothing(tmp_path: Path, text: s
         assert "Traceback" not in output and "RecursionError" not in output
         for part in says:
             assert part in output
-    problem_lines = lambda out: sorted(l.strip() for l in out.splitlines() if l.strip().startswith("- "))  # noqa: E731
-    assert problem_lines(validated.stdout) == problem_lines(ran.stderr)  # the same problems
+    assert _problem_lines(validated.stdout) == _problem_lines(ran.stderr)  # the same problems
     assert list(ray_tmp.iterdir()) == []  # no Ray session was started
     assert not (home / "jobs" / "hostile.json").exists()  # no job was recorded

@@ -73,16 +73,14 @@ class _Finder:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
         self.functions = {
-            node.name: node
-            for node in tree.body
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            node.name: node for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         }
         self.makers = _constructor_names(tree)
         self.use = Use()
         self.seen: set[str] = set()
         self.assigned: set[int] = set()  # channel calls whose result is bound to a name
 
-    def _channel_name(self, node: ast.AST) -> str | None | bool:
+    def _channel_name(self, node: ast.AST) -> str | bool | None:
         """A call `channel("x", ...)`: "x"; `channel(name)`: None; anything else: False."""
         if not isinstance(node, ast.Call):
             return False
@@ -194,7 +192,7 @@ def channel_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
 
     `workdir`: where the job's code is (relative scripts and modules are found there first).
     """
-    roots = [workdir or "."] + sys.path
+    roots = [workdir or ".", *sys.path]
     uses: dict[str, tuple[Use, Path]] = {}
     for role in spec.roles:
         found = role_use(role.entrypoint, roots)

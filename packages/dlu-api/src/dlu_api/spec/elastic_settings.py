@@ -24,7 +24,9 @@ class NodeCheckSettings(SpecModel):
     """Thresholds of the pre-training node check (timed matmul + allreduce in node pairs)."""
 
     enabled: bool = True
-    timeout_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS, description="A check round slower than this fails.")
+    timeout_s: float = Field(
+        default=300.0, gt=0, le=MAX_SECONDS, description="A check round slower than this fails."
+    )
     straggler_ratio: float = Field(
         default=2.0,
         gt=1,

@@ -79,9 +79,7 @@ def spec_text_data(text: str, *, fmt: str = "yaml", source: str = "the spec") ->
             [Problem("spec", f"cannot parse {kind} in {source}: {exc}", f"fix the {kind} syntax there.")]
         ) from None
     except RecursionError:  # a parser's own recursion, past what the event pass lets through
-        raise SpecError(
-            [Problem("spec", f"{source} nests too deep to read.", "flatten the data.")]
-        ) from None
+        raise SpecError([Problem("spec", f"{source} nests too deep to read.", "flatten the data.")]) from None
     if duplicates:
         _build(data, [_duplicate_problem(d, data, source, kind) for d in duplicates], validate=True)
     return data

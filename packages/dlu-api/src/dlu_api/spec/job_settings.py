@@ -38,7 +38,10 @@ class Limits(SpecModel):
     node_max_restart: int = Field(default=10, ge=0, le=MAX_COUNT)
     master_max_restart: int = Field(default=10, ge=0, le=MAX_COUNT)
     global_restart_budget: int = Field(
-        default=3, ge=0, le=MAX_COUNT, description="Job-wide (global) restarts allowed, as in the health seed."
+        default=3,
+        ge=0,
+        le=MAX_COUNT,
+        description="Job-wide (global) restarts allowed, as in the health seed.",
     )
 
 
@@ -46,7 +49,10 @@ class HealthSettings(SpecModel):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=MAX_SECONDS)
     heartbeat_timeout_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS)
     hang_timeout_s: float | None = Field(
-        default=None, gt=0, le=MAX_SECONDS, description="No training step for this long counts as a hang; unset: off."
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="No training step for this long counts as a hang; unset: off.",
     )
     monitor_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
 

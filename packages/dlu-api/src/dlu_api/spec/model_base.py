@@ -20,7 +20,16 @@ from pydantic_core import PydanticCustomError
 from dlu_api.spec.torchrun import MAX_NODES  # node_num, and elastic nnodes
 from dlu_api.spec.units import parse_memory
 
-__all__ = ["MAX_ACTORS", "MAX_AMOUNT", "MAX_COUNT", "MAX_NODES", "MAX_PER_NODE", "MAX_SECONDS", "MemoryBytes", "SpecModel"]
+__all__ = [
+    "MAX_ACTORS",
+    "MAX_AMOUNT",
+    "MAX_COUNT",
+    "MAX_NODES",
+    "MAX_PER_NODE",
+    "MAX_SECONDS",
+    "MemoryBytes",
+    "SpecModel",
+]
 
 # Bounds of the spec's numbers: far above any real job, low enough to plan in a second.
 MAX_ACTORS = 10_000  # a role's total (and every role's together)
@@ -28,6 +37,7 @@ MAX_PER_NODE = 1_024  # device_per_node, per_group, nproc_per_node
 MAX_COUNT = 1_000_000  # restart budgets and other counts
 MAX_SECONDS = 365 * 24 * 3600.0  # every duration: one year
 MAX_AMOUNT = 1_000_000.0  # cpu, gpu and custom resources of one actor
+
 
 def _number_kind(annotation: Any) -> str | None:
     """'whole number' for int fields, 'number' for float ones (optional or not), else None."""

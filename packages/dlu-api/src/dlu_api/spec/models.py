@@ -121,8 +121,12 @@ class RoleSpec(SpecModel):
     name: str = Field(pattern=ROLE_PATTERN)
     kind: RoleKind = RoleKind.SIMPLE
     entrypoint: str = Field(min_length=1)
-    total: int = Field(default=1, le=MAX_ACTORS, description="Actor count; for elastic roles nnodes x nproc_per_node.")
-    per_group: int = Field(default=1, le=MAX_PER_NODE, description="Actors per placement bundle (per node); sets LOCAL_RANK.")
+    total: int = Field(
+        default=1, le=MAX_ACTORS, description="Actor count; for elastic roles nnodes x nproc_per_node."
+    )
+    per_group: int = Field(
+        default=1, le=MAX_PER_NODE, description="Actors per placement bundle (per node); sets LOCAL_RANK."
+    )
     resources: Resources = Field(default_factory=Resources)
     env: dict[str, str] = Field(default_factory=dict)
     max_restart: int = Field(
@@ -140,7 +144,10 @@ class RoleSpec(SpecModel):
         "the node count (within MIN..MAX) of an elastic one.",
     )
     max_total: int | None = Field(
-        default=None, ge=1, le=MAX_ACTORS, description="The largest actor count `dlu scale` may set; unset: no bound."
+        default=None,
+        ge=1,
+        le=MAX_ACTORS,
+        description="The largest actor count `dlu scale` may set; unset: no bound.",
     )
     rank_based_gpu_selection: bool = False
     recovery: RecoveryPolicy | None = Field(

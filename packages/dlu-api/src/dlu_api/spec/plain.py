@@ -39,8 +39,7 @@ def check_size(size: int, source: str) -> None:
         raise too_big(
             f"{source} is {size:,} bytes, too large for a job spec",
             f"{MAX_SPEC_BYTES:,} bytes (1 MiB)",
-            "keep large data out of the spec: put it in a file the job reads and give its path "
-            "in config.",
+            "keep large data out of the spec: put it in a file the job reads and give its path in config.",
         )
 
 
@@ -124,7 +123,8 @@ def check_plain(data: Any, source: str = "the spec") -> tuple[Any, list[Problem]
         if isinstance(value, dict):
             clean: dict[Any, Any] = {}
             parent[slot] = clean
-            for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
+            pairs: list[tuple[Any, Any]] = list(value.items())  # pyright: ignore[reportUnknownArgumentType]
+            for key, item in pairs:
                 if isinstance(key, str) and _SURROGATE.search(key):
                     problems.append(_surrogate(key, (*loc, escape_text(key)), is_key=True))
                     key = escape_text(key)
@@ -136,7 +136,8 @@ def check_plain(data: Any, source: str = "the spec") -> tuple[Any, list[Problem]
         elif isinstance(value, list | tuple):
             items: list[Any] = [None] * len(value)  # pyright: ignore[reportUnknownArgumentType]
             parent[slot] = items
-            for index, item in enumerate(value):  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+            elements: list[Any] = list(value)  # pyright: ignore[reportUnknownArgumentType]
+            for index, item in enumerate(elements):
                 todo.append((item, (*loc, index), items, index))
         elif isinstance(value, str):
             if _SURROGATE.search(value):

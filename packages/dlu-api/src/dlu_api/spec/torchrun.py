@@ -72,7 +72,7 @@ def parse_nnodes(value: str) -> tuple[int, int]:
     """
     parts = value.split(":")
     if not all(_DIGITS.fullmatch(p) for p in parts):  # int() would take '1_0' and '٣'
-        raise ValueError(f"--nnodes {ascii(value)} is not N or MIN:MAX in the digits 0-9")
+        raise ValueError(f"--nnodes {value!a} is not N or MIN:MAX in the digits 0-9")
     numbers = [int(p) for p in parts]
     if len(numbers) == 1:
         numbers = numbers * 2
