@@ -205,6 +205,7 @@ def test_a_duplicate_key_hides_no_other_problem_and_a_date_asks_for_quotes() -> 
         (ROLE + "state_store: {name: ''}\n", "state_store.name", "'embedded'"),
         (ROLE + "state_store: {name: '  '}\n", "state_store.name", "'embedded'"),
         (ROLE + "    resources: {memory: '٣GiB'}\n", "roles[w].resources.memory", "4GiB"),
+        (ROLE + "    resources: {custom: {accel: true}}\n", "roles[w].resources.custom", "amount >= 0"),
     ],
 )  # fmt: skip
 def test_accepted_but_wrong_values_are_refused(extra: str, field: str, fix_part: str) -> None:
@@ -256,6 +257,16 @@ def test_what_cannot_be_known_is_not_reported(tmp_path: Path, body: str) -> None
         HEAD + "roles:\n  - {name: a, entrypoint: 'mine:reader'}\n  - {name: b, entrypoint: 'mine:other'}\n"
     )
     assert channel_problems(spec, str(tmp_path)) == []
+
+
+def test_a_custom_role_s_sub_master_might_write_any_channel(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(
+        "from dlu_prime.runtime import channel\n\n\ndef f():\n    channel('q').get('me')\n"
+    )
+    text = HEAD + "roles:\n  - {name: a, entrypoint: 'mine:f'}\n"
+    assert len(channel_problems(load_spec_text(text), str(tmp_path))) == 1
+    custom = text.replace("'mine:f'}", "'mine:f', kind: custom, sub_master: 'mine:Sub'}")
+    assert channel_problems(load_spec_text(custom), str(tmp_path)) == []
 
 
 def test_a_script_and_a_helper_function_are_read_too(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ roles' Python source is read (never imported: importing user code can start anyt
 entrypoint function, with the functions of its module that it calls, is searched for
 `channel("<name>")` and the calls made on it: `get`/`iterate` read, `put`/`put_many`/`close`
 write. Only what is certain is reported: when a role's code cannot be read, a channel name is not
-a literal, or a channel object is handed on (to a helper, a return value, an attribute), the job
-might write any channel, and nothing is said.
+a literal, a channel object is handed on (to a helper, a return value, an attribute), or a role
+has a SubMaster of its own, the job might write any channel, and nothing is said.
 """
 
 from __future__ import annotations
@@ -196,8 +196,8 @@ def channel_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
     uses: dict[str, tuple[Use, Path]] = {}
     for role in spec.roles:
         found = role_use(role.entrypoint, roots)
-        if found is None or found[0].unknown:
-            return []  # a role that might write anything
+        if found is None or found[0].unknown or role.sub_master is not None:
+            return []  # a role (or its own SubMaster) that might write anything
         uses[role.name] = found
     written = {name for use, _ in uses.values() for name in use.writes}
     return list(_waits(uses, written))

@@ -104,6 +104,15 @@ class Resources(SpecModel):
         default_factory=dict, description="Custom Ray resources per actor, by name."
     )
 
+    @field_validator("custom", mode="before")
+    @classmethod
+    def _no_boolean_amounts(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, amount in value.items():  # pyright: ignore[reportUnknownVariableType]
+                if isinstance(amount, bool):
+                    raise ValueError(f"custom resource {name!r} is {str(amount).lower()}, not an amount")
+        return value  # pyright: ignore[reportUnknownVariableType]
+
     @field_validator("custom")
     @classmethod
     def _no_builtin_names(cls, value: dict[str, float]) -> dict[str, float]:
