@@ -630,6 +630,8 @@ def test_scale_prints_the_resize_and_refusals_name_the_fix(fake: FakeClient) -> 
     calls = len(fake.calls)
     too_small = runner.invoke(app, ["scale", "demo", "workers", "0"])
     assert too_small.exit_code == 2 and "size 0 is not allowed: give a whole number >= 1" in too_small.output
+    too_big = runner.invoke(app, ["scale", "demo", "workers", "1000000"])
+    assert too_big.exit_code == 2 and "at most 10000 actors" in too_big.output
     assert len(fake.calls) == calls  # refused before it reaches the job
 
 

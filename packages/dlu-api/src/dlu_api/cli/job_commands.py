@@ -13,6 +13,7 @@ from dlu_api.cli.render import status_text
 from dlu_api.cli.shared import AddressOpt, app, fail
 from dlu_api.client import connect
 from dlu_api.errors import DLUError
+from dlu_api.spec.model_base import MAX_ACTORS
 
 
 @app.command()
@@ -135,6 +136,8 @@ def scale(
     ranks) stop; an elastic role gets N nodes (MIN..MAX) and re-forms training in place."""
     if size < 1:
         raise fail(f"size {size} is not allowed: give a whole number >= 1")
+    if size > MAX_ACTORS:
+        raise fail(f"size {size} is not allowed: a role has at most {MAX_ACTORS} actors, as in a spec")
     try:
         result = connect(address).scale(job, role, size)
     except DLUError as exc:
