@@ -43,12 +43,28 @@ def event_line(event: JobEvent, t0: float | None = None) -> str:
     return f"  {when} {event.kind:<18} {where + ': ' if where else ''}{event.message}"
 
 
+def stall_notice(status: JobStatus) -> str | None:
+    """The PrimeMaster's "stalled" notice while it holds (no "progress_resumed" after it, the job
+    still running), else None."""
+    if status.stage.value != "RUNNING":
+        return None
+    for event in reversed(status.events):
+        if event.kind == "progress_resumed":
+            return None
+        if event.kind == "stalled":
+            return event.message
+    return None
+
+
 def status_text(status: JobStatus, events: int = 10) -> str:
     lines = [f"job {status.name}: {status.stage.value}"]
     if status.exit_code is not None:
         lines[0] += f" (exit code {status.exit_code})"
     if status.reason:
         lines.append(f"reason: {status.reason}")
+    stalled = stall_notice(status)
+    if stalled:
+        lines.append(f"stalled: {stalled}")
     counters = [
         f"{label} {value}"
         for label, value in (

@@ -55,6 +55,15 @@ class HealthSettings(SpecModel):
         description="No training step for this long counts as a hang; unset: off.",
     )
     monitor_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
+    stall_timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="No progress anywhere in the job (no step, beat, stage change or channel item) "
+        "for this long is reported as a stall, naming what waits on what; not a failure, nothing "
+        "is restarted. null: off.",
+    )
 
 
 class MasterSettings(SpecModel):

@@ -27,6 +27,7 @@ from dlu_prime.master.lifecycle import (
 )
 from dlu_prime.master.monitor import Assessment, Failure, assess
 from dlu_prime.master.resize import resizing
+from dlu_prime.master.stall_watch import StallWatch
 from dlu_prime.master.state import ActorStage
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, SchedulingError
 
@@ -45,6 +46,7 @@ class StageDriver:
         self._stop_request: str | None = None
         self._failed_request: str | None = None
         self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
+        self.stall = StallWatch()  # "nothing moves": reported, never acted on
 
     # control from other threads ----------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -170,6 +172,8 @@ class StageDriver:
         elif result.all_drivers_finished:
             drivers = ", ".join(r.name for r in self.m.state.spec.roles if r.is_driver)
             self.finish(EXIT_OK, f"every driver role finished ({drivers})")
+        else:
+            self.stall.check(self.m, observations, now)
         return result
 
     def finish(self, exit_code: int, reason: str) -> None:

@@ -84,6 +84,7 @@ class _ChannelActor:
         self._cond = asyncio.Condition()
         self._waiting_puts = 0
         self._waiting_gets = 0
+        self._getters: dict[str, int] = {}  # consumer -> its gets waiting now (`watch`)
 
     def config(self) -> dict[str, int]:
         return {"capacity": self._book.capacity}
@@ -137,6 +138,7 @@ class _ChannelActor:
                 return book.ready(consumer) or not book.current(consumer, session)
 
             self._waiting_gets += 1
+            self._getters[consumer] = self._getters.get(consumer, 0) + 1
             try:
                 async with asyncio.timeout(timeout):
                     await self._cond.wait_for(ready)
@@ -144,6 +146,9 @@ class _ChannelActor:
                 return TIMEOUT, None
             finally:
                 self._waiting_gets -= 1
+                left = self._getters.pop(consumer) - 1
+                if left:
+                    self._getters[consumer] = left
             if not book.current(consumer, session):
                 return STALE, None
             status, item = book.take(consumer)
@@ -175,6 +180,11 @@ class _ChannelActor:
 
     def stats(self) -> dict[str, int | bool]:
         return {**self._book.stats(), "waiting_puts": self._waiting_puts, "waiting_gets": self._waiting_gets}
+
+    def watch(self) -> dict[str, Any]:
+        """`stats` and the consumers waiting in a `get` now: what the PrimeMaster's stall check
+        names when nothing moves."""
+        return {**self.stats(), "getters": sorted(self._getters)}
 
 
 _RemoteChannelActor = ray.remote(_ChannelActor)

@@ -1,0 +1,82 @@
+"""The PrimeMaster's side of stall detection: it asks the job's data channels how they stand
+(at most every few seconds), keeps the stall memory between passes, and records what the pure
+judgement (`stall.judge`) decides as a "stalled" or "progress_resumed" event."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dlu_api.status import JobStage
+from dlu_prime.master.changes import Note
+from dlu_prime.master.stall import RESUMED, STALLED, ChannelView, StallMemory, describe, judge, progress_marks
+from dlu_prime.scheduler.base import ActorObservation
+
+if TYPE_CHECKING:
+    from dlu_prime.master.manager import PrimeManager
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_POLL_S = 5.0
+"""Channels are asked at most this often (and at most a quarter of the stall timeout)."""
+
+CHANNEL_CALL_S = 5.0
+"""How long one poll of the channels may take; a channel that does not answer keeps its last view."""
+
+
+def poll_channels(
+    state_channels: Mapping[str, Any], known: Mapping[str, ChannelView]
+) -> dict[str, ChannelView]:
+    """Each data channel's `watch()` answer, asked of all at once (Ray only when there are any)."""
+    names = {name: record.actor_name for name, record in state_channels.items() if record.kind == "channel"}
+    if not names:
+        return {}
+    import ray
+
+    from dlu_prime.naming import NAMESPACE
+
+    out = {name: known[name] for name in names if name in known}
+    refs: dict[Any, str] = {}
+    for name, actor_name in names.items():
+        try:
+            actor: Any = ray.get_actor(actor_name, namespace=NAMESPACE)  # pyright: ignore[reportUnknownMemberType]
+            refs[actor.watch.remote()] = name
+        except Exception as exc:  # removed, or being rebuilt by Ray: keep its last view
+            logger.debug("channel %s not watched: %s", name, exc)
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=CHANNEL_CALL_S)  # pyright: ignore[reportUnknownMemberType]
+    for ref in ready:
+        try:
+            out[refs[ref]] = ChannelView.from_watch(refs[ref], ray.get(ref))  # pyright: ignore[reportUnknownMemberType]
+        except Exception as exc:
+            logger.debug("channel %s not watched: %s", refs[ref], exc)
+    return out
+
+
+class StallWatch:
+    """One per PrimeMaster; `check` runs once per monitoring pass."""
+
+    def __init__(self) -> None:
+        self.memory = StallMemory()
+        self.channels: dict[str, ChannelView] = {}
+        self._polled_at: float | None = None
+
+    def check(self, manager: PrimeManager, observations: Mapping[str, ActorObservation], now: float) -> None:
+        state = manager.state
+        timeout = state.spec.health.stall_timeout_s
+        if timeout is None or state.stage is not JobStage.RUNNING:
+            self.memory = StallMemory()
+            return
+        every = min(CHANNEL_POLL_S, timeout / 4)
+        if state.channels and (self._polled_at is None or now - self._polled_at >= every):
+            self._polled_at = now
+            self.channels = poll_channels(state.channels, self.channels)
+        busy = state.failover is not None or state.resize is not None
+        marks = progress_marks(state, observations, self.channels)
+        self.memory, verdict = judge(self.memory, marks, now, timeout, busy)
+        if verdict is True:
+            message = describe(state, observations, self.channels, now - self.memory.since, timeout)
+            logger.warning("job %s: %s", state.job, message)
+            manager.apply(Note(STALLED, message))
+        elif verdict is False:
+            manager.apply(Note(RESUMED, "progress resumed"))
