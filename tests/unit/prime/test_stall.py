@@ -12,7 +12,7 @@ from dlu_api.errors import SpecError
 from dlu_api.spec import spec_from_dict
 from dlu_prime.master.manager import EXIT_OK, new_state
 from dlu_prime.master.stall import ChannelView, StallMemory, describe, judge, progress_marks, waits
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import ActorStage, ChannelRecord, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 if TYPE_CHECKING:
@@ -85,6 +85,10 @@ def test_progress_marks_move_with_steps_beats_stages_and_channel_items_not_subma
     assert progress_marks(state, beat, {}) != marks
     done = dict(base, **{"pipeline.trainer.0": ActorObservation(stage=ActorStage.FINISH)})
     assert progress_marks(state, done, {}) != marks
+    state.channels["raw"] = ChannelRecord(name="raw", kind="channel", actor_name="pipeline.channel.raw")
+    assert progress_marks(state, base, {}) != marks  # a channel created
+    reader = {"raw": ChannelView("raw", getters=("pipeline.trainer.0",))}
+    assert progress_marks(state, base, reader) != progress_marks(state, base, {"raw": ChannelView("raw")})
     channel = {"raw": ChannelView("raw", put=0)}
     assert progress_marks(state, base, channel) != progress_marks(
         state, base, {"raw": ChannelView("raw", put=1)}

@@ -82,7 +82,8 @@ def progress_marks(
             actors.append((name, seen.stage))
         else:
             actors.append((name, seen.stage, seen.step, seen.beats, seen.incarnation))
-    flows = [(c.name, c.put, c.delivered, c.closed) for _, c in sorted(channels.items())]
+    # A channel created, or a reader arriving at one, is the job moving too.
+    flows = [(c.name, c.put, c.delivered, c.closed, c.getters) for _, c in sorted(channels.items())]
     restarts = (
         state.job_restart_count,
         state.global_restart_count,
@@ -95,7 +96,7 @@ def progress_marks(
             )
         ),
     )
-    return (tuple(actors), tuple(flows), restarts, state.stage)
+    return (tuple(actors), tuple(sorted(state.channels)), tuple(flows), restarts, state.stage)
 
 
 def judge(

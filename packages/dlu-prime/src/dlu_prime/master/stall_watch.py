@@ -68,7 +68,11 @@ class StallWatch:
             self.memory = StallMemory()
             return
         every = min(CHANNEL_POLL_S, timeout / 4)
-        if state.channels and (self._polled_at is None or now - self._polled_at >= every):
+        # Due to be reported: the channels are asked now, so a stall is never named from an old view.
+        due = (
+            not self.memory.reported and self.memory.marks is not None and now - self.memory.since >= timeout
+        )
+        if state.channels and (due or self._polled_at is None or now - self._polled_at >= every):
             self._polled_at = now
             self.channels = poll_channels(state.channels, self.channels)
         busy = state.failover is not None or state.resize is not None
