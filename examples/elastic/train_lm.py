@@ -216,6 +216,7 @@ def main() -> None:
         "--micro-batch", type=int, default=None, help="samples per forward pass (gradient accumulation)"
     )
     parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--log-every", type=int, default=5, help="rank 0 prints its loss every N steps")
     parser.add_argument(
         "--crash-at-step",
         type=lambda text: {int(step) for step in text.split(",")},
@@ -306,6 +307,8 @@ def main() -> None:
             Path(args.first_step_file).write_text(f"{time.time():.6f}\n")
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)
+        if rank == 0 and args.log_every > 0 and (step + 1) % args.log_every == 0:
+            print(f"step {step + 1}/{args.steps} loss {loss_value:.4f} (world {world})", flush=True)
         dist.barrier()
         done = step + 1
         pad = args.step_seconds - (time.perf_counter() - began)

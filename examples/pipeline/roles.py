@@ -83,7 +83,8 @@ def trainer() -> None:
             state["seen"].extend(int(item["id"]) for item in batch)
             state["loss"] *= 0.9
             state["step"] += 1
-            heartbeat(state["step"])
+            heartbeat(state["step"], state["loss"])
+            print(f"trainer: batch {state['step']}, {len(state['seen'])}/{records} records", flush=True)
     except ChannelClosed:
         pass
     seen: list[int] = state["seen"]

@@ -82,3 +82,6 @@ def trainer() -> None:
         )
     if p_good <= start:
         raise RuntimeError(f"the policy did not improve: {start:.2f} -> {p_good:.2f}")
+    print(
+        f"trainer: policy improved, p_good {start:.2f} -> {p_good:.2f} in {iterations} iterations", flush=True
+    )
