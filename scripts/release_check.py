@@ -83,7 +83,7 @@ def check_driver(venv: Path, work: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description="Build every package; install dlu-api alone and use it.")
     parser.add_argument("--keep", type=Path, default=None, help="build and install here, and keep it")
     args = parser.parse_args()
     uv = shutil.which("uv")
