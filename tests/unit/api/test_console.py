@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from dlu_api.cli.console import LiveConsole, PlainConsole, job_console, quiet_python_warnings
-from dlu_api.cli.console_model import ConsoleModel, StepRate
+from dlu_api.cli.console_model import ConsoleModel, ConsoleState, StepRate
 from dlu_api.cli.console_view import render
 from dlu_api.cli.render import role_line
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
@@ -260,3 +260,37 @@ def test_quiet_hides_the_python_warnings_of_rays_modules_only() -> None:
         for module in ("ray.actor", "ray", "raylike", "dlu_prime.launcher"):
             warnings.warn_explicit(f"from {module}", UserWarning, "x.py", 1, module=module)
     assert [str(w.message) for w in caught] == ["from raylike", "from dlu_prime.launcher"]
+
+
+# the stall notice -------------------------------------------------------------------------------
+
+
+def drawn(state: ConsoleState) -> str:
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None).print(render(state))
+    return out.getvalue()
+
+
+def test_a_stall_notice_shows_whole_until_progress_resumes_or_the_job_ends() -> None:
+    from dlu_api.cli.render import status_text
+
+    timeline, model = Timeline(), ConsoleModel(recent=2)
+    message = (
+        "no progress for 60s (health.stall_timeout_s 60): tokenizer ranks 0,1 wait(s) on channel "
+        "'raw': nobody has written to it (a notice, not a failure: nothing is restarted)"
+    )
+    timeline.add("stalled", message)
+    state = model.update(timeline.poll(), now=0.0)
+    assert state.stalled == message
+    assert "channel 'raw': nobody has written to it" in " ".join(drawn(state).split())
+    assert f"stalled: {message}" in status_text(timeline.poll())
+    timeline.add("note", "something else")
+    timeline.add("note", "and more")  # the notice scrolled out of the recent events: still shown
+    assert model.update(timeline.poll(), now=1.0).stalled == message
+    timeline.add("progress_resumed", "progress resumed")
+    state = model.update(timeline.poll(), now=2.0)
+    assert state.stalled is None and "stalled:" not in drawn(state)
+    assert "stalled:" not in status_text(timeline.poll())
+    timeline.add("stalled", message)
+    assert model.update(timeline.poll(stage=JobStage.STOPPED), now=3.0).stalled is None
+    assert "stalled:" not in status_text(timeline.poll(stage=JobStage.STOPPED))

@@ -83,6 +83,8 @@ class ConsoleState:
     """The job's first failure: the root cause, whatever happened after."""
     event_count: int
     recent: tuple[JobEvent, ...]
+    stalled: str | None = None
+    """The PrimeMaster's "stalled" notice while it holds (what waits on what), else None."""
 
     @property
     def finished(self) -> bool:
@@ -150,6 +152,7 @@ class ConsoleModel:
         self._count = 0
         self._started: float | None = None  # when it first saw the job, on the caller's clock
         self._rates: dict[str, StepRate] = {}
+        self._stalled: str | None = None
 
     def update(self, status: JobStatus, now: float) -> ConsoleState:
         """`now` is the caller's clock (monotonic seconds), used for steps per second and the
@@ -162,6 +165,10 @@ class ConsoleModel:
                 self._kept.append(event)
             if self._first_failure is None and event.kind in ROOT_CAUSE_KINDS:
                 self._first_failure = event
+            if event.kind == "stalled":
+                self._stalled = event.message
+            elif event.kind == "progress_resumed":
+                self._stalled = None
         if self._started is None and (fresh or status.roles):
             self._started = now
         if status.first_failure is not None:
@@ -181,6 +188,7 @@ class ConsoleModel:
             first_failure=self._first_failure,
             event_count=self._count,
             recent=tuple(self._recent),
+            stalled=self._stalled if status.stage.value == "RUNNING" else None,
         )
 
     def _role_row(self, role: RoleStatus, now: float) -> RoleRow:

@@ -114,6 +114,8 @@ def render(state: ConsoleState) -> RenderableType:
     if state.roles:
         parts += [Text(""), roles_table(state)]
     parts += [Text(""), restarts_line(state)]
+    if state.stalled is not None:  # wrapped in full: it says what waits on what
+        parts.append(Text(f"stalled: {state.stalled}", "yellow"))
     if state.first_failure is not None:
         e = state.first_failure
         who = short_actor(e.actor, state.job) or e.role or "the job"
