@@ -11,7 +11,15 @@ import pytest
 from dlu_api.errors import SpecError
 from dlu_api.spec import spec_from_dict
 from dlu_prime.master.manager import EXIT_OK, new_state
-from dlu_prime.master.stall import ChannelView, StallMemory, describe, judge, progress_marks, waits
+from dlu_prime.master.stall import (
+    ChannelView,
+    StallMemory,
+    describe,
+    judge,
+    latest_move,
+    progress_marks,
+    waits,
+)
 from dlu_prime.master.state import ActorStage, ChannelRecord, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
@@ -48,51 +56,74 @@ def observe(state: JobState, **steps: int) -> dict[str, ActorObservation]:
 
 # judge -----------------------------------------------------------------------------------------
 def test_judge_reports_once_after_the_timeout_and_clears_on_progress() -> None:
-    memory, verdict = judge(StallMemory(), ("a",), 0.0, 60.0)
+    memory, verdict = judge(StallMemory(), ("a",), None, 0.0, 60.0)
     assert verdict is None and memory.since == 0.0
-    memory, verdict = judge(memory, ("a",), 59.0, 60.0)
+    memory, verdict = judge(memory, ("a",), None, 59.0, 60.0)
     assert verdict is None
-    memory, verdict = judge(memory, ("a",), 60.0, 60.0)
+    memory, verdict = judge(memory, ("a",), None, 60.0, 60.0)
     assert verdict is True and memory.reported
     for now in (61.0, 120.0, 10_000.0):  # once per stall
-        memory, verdict = judge(memory, ("a",), now, 60.0)
+        memory, verdict = judge(memory, ("a",), None, now, 60.0)
         assert verdict is None
-    memory, verdict = judge(memory, ("b",), 10_001.0, 60.0)
+    memory, verdict = judge(memory, ("b",), None, 10_001.0, 60.0)
     assert verdict is False and not memory.reported and memory.since == 10_001.0
-    memory, verdict = judge(memory, ("b",), 10_061.0, 60.0)
+    memory, verdict = judge(memory, ("b",), None, 10_061.0, 60.0)
     assert verdict is True  # a second stall is a new one
+
+
+def test_judge_a_step_or_beat_that_moved_is_progress_an_old_one_is_not() -> None:
+    memory, _ = judge(StallMemory(), ("a",), 5.0, 10.0, 30.0)
+    for now in (20.0, 30.0):
+        memory, verdict = judge(memory, ("a",), now, now, 30.0)  # moved this pass
+        assert verdict is None and memory.since == now
+    memory, verdict = judge(memory, ("a",), 30.0, 59.0, 30.0)  # nothing since 30
+    assert verdict is None
+    memory, verdict = judge(memory, ("a",), 30.0, 60.0, 30.0)
+    assert verdict is True
+    memory, verdict = judge(memory, ("a",), 61.0, 61.0, 30.0)
+    assert verdict is False
 
 
 def test_judge_off_and_busy_never_report() -> None:
     memory = StallMemory()
     for now in range(0, 1000, 10):
-        memory, verdict = judge(memory, ("a",), float(now), None)
+        memory, verdict = judge(memory, ("a",), None, float(now), None)
         assert verdict is None
     memory = StallMemory()
     for now in range(0, 1000, 10):
-        memory, verdict = judge(memory, ("a",), float(now), 5.0, busy=True)
+        memory, verdict = judge(memory, ("a",), None, float(now), 5.0, busy=True)
         assert verdict is None
 
 
-def test_progress_marks_move_with_steps_beats_stages_and_channel_items_not_submaster_beats() -> None:
+def test_progress_marks_move_with_stages_channels_and_restarts() -> None:
     state = pipeline_state()
-    base = observe(state)
-    marks = progress_marks(state, base, {})
-    assert progress_marks(state, observe(state), {}) == marks
-    moved = dict(base, **{"pipeline.trainer.0": running(step=1)})
-    assert progress_marks(state, moved, {}) != marks
-    beat = dict(base, **{"pipeline.trainer.0": running(beats=3)})
-    assert progress_marks(state, beat, {}) != marks
-    done = dict(base, **{"pipeline.trainer.0": ActorObservation(stage=ActorStage.FINISH)})
-    assert progress_marks(state, done, {}) != marks
+    marks = progress_marks(state, {})
+    assert progress_marks(state, {}) == marks
+    state.actors["pipeline.trainer.0"].stage = ActorStage.FINISH
+    assert progress_marks(state, {}) != marks
+    marks = progress_marks(state, {})
+    state.roles["trainer"].inplace_restart_count += 1
+    assert progress_marks(state, {}) != marks
+    marks = progress_marks(state, {})
     state.channels["raw"] = ChannelRecord(name="raw", kind="channel", actor_name="pipeline.channel.raw")
-    assert progress_marks(state, base, {}) != marks  # a channel created
+    assert progress_marks(state, {}) != marks  # a channel created
     reader = {"raw": ChannelView("raw", getters=("pipeline.trainer.0",))}
-    assert progress_marks(state, base, reader) != progress_marks(state, base, {"raw": ChannelView("raw")})
-    channel = {"raw": ChannelView("raw", put=0)}
-    assert progress_marks(state, base, channel) != progress_marks(
-        state, base, {"raw": ChannelView("raw", put=1)}
+    assert progress_marks(state, reader) != progress_marks(state, {"raw": ChannelView("raw")})
+    assert progress_marks(state, {"raw": ChannelView("raw", put=0)}) != progress_marks(
+        state, {"raw": ChannelView("raw", put=1)}
     )
+
+
+def test_latest_move_takes_steps_and_worker_beats_not_a_submaster_serving_loop() -> None:
+    state = pipeline_state()
+    state.actors["pipeline.tokenizer.submaster"] = state.actors["pipeline.tokenizer.0"].model_copy(
+        update={"name": "pipeline.tokenizer.submaster", "rank": -1}
+    )
+    assert latest_move(state, {}, {}) is None
+    steps = {"pipeline.trainer.0": (3, 10.0), "pipeline.tokenizer.0": (0, 4.0)}
+    assert latest_move(state, steps, {}) == 10.0
+    assert latest_move(state, steps, {"pipeline.tokenizer.1": (7, 12.0)}) == 12.0
+    assert latest_move(state, steps, {"pipeline.tokenizer.submaster": (900, 99.0)}) == 10.0
 
 
 # what waits on what ----------------------------------------------------------------------------

@@ -54,7 +54,7 @@ Marks = tuple[object, ...]
 
 @dataclass(frozen=True)
 class StallMemory:
-    """What the last pass saw: the progress marks, since when they have not moved, and whether
+    """What the last pass saw: the progress marks, since when nothing has moved, and whether
     this stall was reported already (once per stall)."""
 
     marks: Marks | None = None
@@ -62,26 +62,13 @@ class StallMemory:
     reported: bool = False
 
 
-@dataclass(frozen=True)
-class StallEvent:
-    kind: str  # STALLED or RESUMED
-    message: str
-
-
-def progress_marks(
-    state: JobState, observations: Mapping[str, ActorObservation], channels: Mapping[str, ChannelView]
-) -> Marks:
-    """Everything whose change means the job moved. A SubMaster's beats are its serving loop's
-    liveness, not progress, so only its stage counts."""
-    actors: list[object] = []
-    for name, record in sorted(state.actors.items()):
-        seen = observations.get(name)
-        if seen is None:
-            actors.append((name, record.stage))
-        elif record.rank == SUB_MASTER_RANK:
-            actors.append((name, seen.stage))
-        else:
-            actors.append((name, seen.stage, seen.step, seen.beats, seen.incarnation))
+def progress_marks(state: JobState, channels: Mapping[str, ChannelView]) -> Marks:
+    """What changes when the job moves, besides the ranks' steps and beats (`latest_move`): how
+    many actors are in each stage, the channels (created, a reader arriving, an item put or
+    delivered, closed), and the restart counters. Small, whatever the job's size."""
+    stages: dict[ActorStage, int] = {}
+    for record in state.actors.values():
+        stages[record.stage] = stages.get(record.stage, 0) + 1
     # A channel created, or a reader arriving at one, is the job moving too.
     flows = [(c.name, c.put, c.delivered, c.closed, c.getters) for _, c in sorted(channels.items())]
     restarts = (
@@ -89,28 +76,49 @@ def progress_marks(
         state.global_restart_count,
         state.node_restart_count,
         state.master_restart_count,
-        tuple(
-            sorted(
-                (r.name, r.restart_count, r.inplace_restart_count, r.resize_count)
-                for r in state.roles.values()
-            )
-        ),
+        tuple((r.restart_count, r.inplace_restart_count, r.resize_count) for r in state.roles.values()),
     )
-    return (tuple(actors), tuple(sorted(state.channels)), tuple(flows), restarts, state.stage)
+    return (tuple(sorted(stages.items())), tuple(state.channels), tuple(flows), restarts, state.stage)
+
+
+def latest_move(
+    state: JobState,
+    steps: Mapping[str, tuple[int, float]],
+    beats: Mapping[str, tuple[int, float]],
+) -> float | None:
+    """When a worker's step or beat count last moved (the monitor's liveness memory, on its
+    clock: `track_steps`, `track_beats`). A SubMaster's beats are its serving loop's liveness,
+    not progress, so they are left out."""
+    latest: float | None = None
+    for _, at in steps.values():
+        if latest is None or at > latest:
+            latest = at
+    actors = state.actors
+    for name, (_, at) in beats.items():
+        if (
+            (latest is None or at > latest)
+            and (record := actors.get(name))
+            and record.rank != SUB_MASTER_RANK
+        ):
+            latest = at
+    return latest
 
 
 def judge(
     memory: StallMemory,
     marks: Marks,
+    moved_at: float | None,
     now: float,
     timeout: float | None,
     busy: bool = False,
 ) -> tuple[StallMemory, bool | None]:
     """One pass: the new memory, and True when a stall begins now, False when a reported one
-    ends now, None otherwise. `busy` (a recovery or resize under way) counts as progress."""
+    ends now, None otherwise. Progress is a change of `marks`, or a step or beat that moved
+    (`moved_at`) after the stall's start; `busy` (a recovery or resize under way) counts too."""
     if timeout is None:
         return StallMemory(marks, now), None
-    if busy or memory.marks is None or marks != memory.marks:
+    moved = moved_at is not None and moved_at > memory.since
+    if busy or memory.marks is None or marks != memory.marks or moved:
         return StallMemory(marks, now), (False if memory.reported else None)
     if not memory.reported and now - memory.since >= timeout:
         return StallMemory(marks, memory.since, reported=True), True

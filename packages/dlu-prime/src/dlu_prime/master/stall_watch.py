@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from dlu_api.status import JobStage
 from dlu_prime.master.changes import Note
-from dlu_prime.master.stall import RESUMED, STALLED, ChannelView, StallMemory, describe, judge, progress_marks
+from dlu_prime.master.stall import (
+    RESUMED,
+    STALLED,
+    ChannelView,
+    StallMemory,
+    describe,
+    judge,
+    latest_move,
+    progress_marks,
+)
 from dlu_prime.scheduler.base import ActorObservation
 
 if TYPE_CHECKING:
@@ -76,8 +85,10 @@ class StallWatch:
             self._polled_at = now
             self.channels = poll_channels(state.channels, self.channels)
         busy = state.failover is not None or state.resize is not None
-        marks = progress_marks(state, observations, self.channels)
-        self.memory, verdict = judge(self.memory, marks, now, timeout, busy)
+        marks = progress_marks(state, self.channels)
+        live = manager.liveness
+        moved_at = latest_move(state, live.steps, live.beats)
+        self.memory, verdict = judge(self.memory, marks, moved_at, now, timeout, busy)
         if verdict is True:
             message = describe(state, observations, self.channels, now - self.memory.since, timeout)
             logger.warning("job %s: %s", state.job, message)
