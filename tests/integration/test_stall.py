@@ -14,7 +14,8 @@ from dlu_api.status import JobStatus
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent  # workloads.py
+ROOT = HERE.parents[1]
 
 
 def pipeline(name: str, roles: list[str], **extra: Any) -> dict[str, Any]:
@@ -39,13 +40,30 @@ def pipeline(name: str, roles: list[str], **extra: Any) -> dict[str, Any]:
 
 
 def test_a_channel_nobody_writes_is_reported_naming_the_channel_and_its_readers(ray_session: Any) -> None:
-    """The README's old job: tokenizer and trainer only, so "raw" and "batches" are never
-    written. The stall is reported once, the job keeps RUNNING (no restart), `dlu status` says it.
-    On a loaded machine a first stall may be seen before the workers reach their channels: it is
-    cleared when they do, and the next one names the channels."""
+    """The README's old job, with channel names the static check cannot read (they come from
+    the config): tokenizers read "raw", the trainer "batches", and nobody writes either. The
+    stall is reported, the job keeps RUNNING (no restart), `dlu status` says it. On a loaded
+    machine a first stall may be seen before the workers reach their channels: it is cleared
+    when they do, and the next one names the channels."""
     from dlu_prime import launcher
 
-    spec = spec_from_dict(pipeline("stall-silent", ["tokenizer", "trainer"], health={"stall_timeout_s": 3}))
+    roles = [
+        {"name": "tokenizer", "total": 2, "is_driver": False},
+        {"name": "trainer"},
+    ]
+    spec = spec_from_dict(
+        {
+            "name": "stall-silent",
+            "device_type": "CPU",
+            "device_per_node": 0,
+            "config": {"inputs": {"tokenizer": "raw", "trainer": "batches"}},
+            "roles": [
+                {"entrypoint": "workloads:read_configured_channel", "resources": {"cpu": 0.1}, **role}
+                for role in roles
+            ],
+            "health": {"stall_timeout_s": 3},
+        }
+    )
     seen: list[JobStatus] = []
 
     def on_update(status: JobStatus) -> None:
@@ -54,7 +72,7 @@ def test_a_channel_nobody_writes_is_reported_naming_the_channel_and_its_readers(
             seen.append(status)
             launcher.stop_job(spec.name, "test: stall seen")
 
-    launcher.submit_job(spec, str(ROOT))
+    launcher.submit_job(spec, str(HERE))
     final = launcher.wait_job(spec, on_update)
 
     kinds = [e.kind for e in final.events if e.kind in ("stalled", "progress_resumed")]
