@@ -29,7 +29,7 @@ from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRun
 from dlu_api.rank_logs import HOME_SUBDIR, RankFile, select
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
-from dlu_prime import job_lock, launcher, preflight, ray_env, reaper, roles
+from dlu_prime import job_lock, launcher, local_metrics, preflight, ray_env, reaper, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
@@ -49,9 +49,17 @@ class LocalJobClient(JobClient):
         self._locks: dict[str, job_lock.JobLock] = {}
         self._last: dict[str, JobStatus] = {}
         self.files = JobFiles()
+        self.metrics: local_metrics.LocalEndpoint | None = None
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where this process serves its jobs' metrics (Prometheus), once a job started."""
+        return self.metrics.url if self.metrics is not None else None
 
     def _ensure_ray(self) -> None:
         if self._address is None:
+            if self.metrics is None:  # before Ray starts: its workers inherit where to write
+                self.metrics = local_metrics.start_endpoint()
             self._address = ray_env.init_local(**self._ray_options)
 
     def submit(self, spec: JobSpec) -> str:
@@ -272,7 +280,13 @@ class LocalJobClient(JobClient):
         if self._specs or self._address is None or not reaper.watching():
             self.close()
             return False
+        self._close_metrics()
         return True
+
+    def _close_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
 
     def close(self) -> None:
         """Shut the embedded Ray down; a job still running here ends with it, recorded STOPPED."""
@@ -284,6 +298,7 @@ class LocalJobClient(JobClient):
         for name in list(self._specs):
             last = self._last.get(name) or JobStatus(name=name, stage=JobStage.INIT)
             self._finish(killed_status(last, CLOSED_REASON, EXIT_STOPPED))
+        self._close_metrics()
 
 
 def _answer_debug(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

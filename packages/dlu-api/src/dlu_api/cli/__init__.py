@@ -205,6 +205,9 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
         except KeyboardInterrupt:
             typer.echo(f"interrupted: job {spec.name} was not started", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        metrics_url = getattr(client, "metrics_url", None)  # a local run's Prometheus endpoint
+        if metrics_url:
+            _echo(f"metrics: {metrics_url}")
         try:
             final, code = _follow(client, job, on_update)
         finally:

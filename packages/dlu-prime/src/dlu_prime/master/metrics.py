@@ -1,6 +1,8 @@
-"""A job's metrics through Ray's metrics API (`ray.util.metrics`), which Ray exports to
-Prometheus from every node: stage, restarts per failover tier, heartbeat age per role,
-failover durations, node check scores.
+"""A job's metrics (`SERIES`: stage, restarts per failover tier, heartbeat age per role,
+failover durations, node check scores). On a cluster they go through Ray's metrics API
+(`ray.util.metrics`), which Ray exports to Prometheus from every node; under a local `dlu run`
+(whose embedded Ray has no metrics agent) through dlu_prime.local_metrics to the endpoint the
+driver serves.
 
 The PrimeManager calls `JobMetrics` from its loop; none of it may ever break a job. When the
 metrics cannot be created (no Ray, a unit test, an old Ray) or a recording fails, `JobMetrics`
@@ -20,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
@@ -65,6 +68,69 @@ TIER_COUNTS: dict[str, Callable[[JobState], int]] = {
     "master": lambda s: s.master_restart_count,
 }
 """Restarts per failover tier, read from the state's counters (extend as tiers gain counters)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One exported series; docs/metrics.md lists each (a test holds the two equal)."""
+
+    name: str
+    kind: Literal["gauge", "counter", "histogram"]
+    labels: tuple[str, ...]
+    help: str
+    boundaries: tuple[float, ...] = ()
+
+
+SERIES: tuple[Series, ...] = (
+    Series("dlu_job_stage", "gauge", ("dlu_job", "stage"), "1 for the job's current stage, else 0"),
+    Series(
+        "dlu_job_stage_code",
+        "gauge",
+        ("dlu_job",),
+        "the job's stage as a number: " + ", ".join(f"{s.value}={c}" for s, c in STAGE_CODES.items()),
+    ),
+    Series(
+        "dlu_restarts_total",
+        "counter",
+        ("dlu_job", "tier"),
+        "restarts by failover tier (role, job, node, master, ...)",
+    ),
+    Series("dlu_role_restarts_total", "counter", ("dlu_job", "role"), "restarts of each role's actors"),
+    Series(
+        "dlu_heartbeat_age_seconds",
+        "gauge",
+        ("dlu_job", "role"),
+        "age of the oldest heartbeat among a role's workers (ranks; never its SubMaster)",
+    ),
+    Series(
+        "dlu_failover_duration_seconds",
+        "histogram",
+        ("dlu_job", "tier"),
+        "failure detected -> training again, per failover tier",
+        FAILOVER_BOUNDARIES_S,
+    ),
+    Series(
+        "dlu_failover_seconds_total",
+        "counter",
+        ("dlu_job", "tier"),
+        "the failover durations summed, exactly (Ray's exporter writes a histogram's sum from "
+        "bucket midpoints); divide by dlu_failover_duration_seconds_count for the mean",
+    ),
+    Series(
+        "dlu_world_size",
+        "gauge",
+        ("dlu_job", "role"),
+        "an elastic role's training world size now (its ranks; follows every resize)",
+    ),
+    Series(
+        "dlu_node_check_score_seconds",
+        "gauge",
+        ("dlu_job", "node"),
+        "a node's node-check time (its best round)",
+    ),
+)
+"""Every series DLU exports, in one place: Ray's exporter on a cluster and the local endpoint
+of `dlu run` (dlu_prime.local_metrics) serve the same ones."""
 
 
 class Recorder(Protocol):
@@ -114,6 +180,28 @@ class RayMetricsBackend:
         return _RayRecorder(metric.observe)
 
 
+def default_backend() -> MetricsBackend:
+    """The local endpoint's files when this process runs under `dlu run`'s embedded Ray (its
+    driver sets the directory before Ray starts), else Ray's metrics."""
+    from dlu_prime import local_metrics
+
+    local = local_metrics.backend_from_env()
+    return local if local is not None else RayMetricsBackend()
+
+
+def create_series(backend: MetricsBackend) -> dict[str, Recorder]:
+    """Each of `SERIES` created on `backend`, by name."""
+    made: dict[str, Recorder] = {}
+    for series in SERIES:
+        if series.kind == "gauge":
+            made[series.name] = backend.gauge(series.name, series.help, series.labels)
+        elif series.kind == "counter":
+            made[series.name] = backend.counter(series.name, series.help, series.labels)
+        else:
+            made[series.name] = backend.histogram(series.name, series.help, series.boundaries, series.labels)
+    return made
+
+
 _warned = False
 _warned_lock = threading.Lock()
 
@@ -138,47 +226,19 @@ class JobMetrics:
         self._role_restarts_seen: dict[str, int] = {}
         self._scores: dict[str, float] = {}
         try:
-            metrics = backend if backend is not None else RayMetricsBackend()
-            self._stage = metrics.gauge(
-                "dlu_job_stage", "1 for the job's current stage, else 0", ("dlu_job", "stage")
-            )
-            self._stage_code = metrics.gauge(
-                "dlu_job_stage_code",
-                "the job's stage as a number: " + ", ".join(f"{s.value}={c}" for s, c in STAGE_CODES.items()),
-                ("dlu_job",),
-            )
-            self._restarts = metrics.counter(
-                "dlu_restarts_total",
-                "restarts by failover tier (role, job, node, master, ...)",
-                ("dlu_job", "tier"),
-            )
-            self._role_restarts = metrics.counter(
-                "dlu_role_restarts_total", "restarts of each role's actors", ("dlu_job", "role")
-            )
-            self._heartbeat_age = metrics.gauge(
-                "dlu_heartbeat_age_seconds",
-                "age of the oldest heartbeat among a role's workers (ranks; never its SubMaster)",
-                ("dlu_job", "role"),
-            )
-            self._failover = metrics.histogram(
-                "dlu_failover_duration_seconds",
-                "failure detected -> training again, per failover tier",
-                FAILOVER_BOUNDARIES_S,
-                ("dlu_job", "tier"),
-            )
-            self._world_size = metrics.gauge(
-                "dlu_world_size",
-                "an elastic role's training world size now (its ranks; follows every resize)",
-                ("dlu_job", "role"),
-            )
-            self._node_score = metrics.gauge(
-                "dlu_node_check_score_seconds",
-                "a node's node-check time (its best round)",
-                ("dlu_job", "node"),
-            )
+            made = create_series(backend if backend is not None else default_backend())
+            self._stage = made["dlu_job_stage"]
+            self._stage_code = made["dlu_job_stage_code"]
+            self._restarts = made["dlu_restarts_total"]
+            self._role_restarts = made["dlu_role_restarts_total"]
+            self._heartbeat_age = made["dlu_heartbeat_age_seconds"]
+            self._failover = made["dlu_failover_duration_seconds"]
+            self._failover_seconds = made["dlu_failover_seconds_total"]
+            self._world_size = made["dlu_world_size"]
+            self._node_score = made["dlu_node_check_score_seconds"]
         except Exception as exc:
             self.enabled = False
-            _warn_once(f"job {job}: cannot create Ray metrics", exc)
+            _warn_once(f"job {job}: cannot create the metrics", exc)
 
     def _safely(self, what: str, record: Callable[[], None]) -> None:
         if not self.enabled:
@@ -236,9 +296,13 @@ class JobMetrics:
 
     def failover_done(self, tier: str, duration_s: float) -> None:
         """One recovery of `tier` took `duration_s` (failure detected -> training again)."""
-        self._safely(
-            "a failover", lambda: self._failover.record(duration_s, {"dlu_job": self.job, "tier": tier})
-        )
+        tags = {"dlu_job": self.job, "tier": tier}
+
+        def record() -> None:
+            self._failover.record(duration_s, tags)
+            self._failover_seconds.record(duration_s, tags)
+
+        self._safely("a failover", record)
 
     def node_check_scores(self, scores: Mapping[str, float]) -> None:
         """Each node's node-check score (seconds, lower is better), kept for `refresh`; a new
