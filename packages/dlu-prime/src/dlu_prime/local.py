@@ -58,8 +58,6 @@ class LocalJobClient(JobClient):
 
     def _ensure_ray(self) -> None:
         if self._address is None:
-            if self.metrics is None:  # before Ray starts: its workers inherit where to write
-                self.metrics = local_metrics.start_endpoint()
             self._address = ray_env.init_local(**self._ray_options)
 
     def submit(self, spec: JobSpec) -> str:
@@ -77,6 +75,8 @@ class LocalJobClient(JobClient):
         if self._address is None:
             self._ray_options = preflight.sized_for(spec, self._ray_options)
         preflight.check_local(spec, os.getcwd(), self._ray_options)
+        if self._address is None and self.metrics is None:  # before Ray: its workers inherit where to write
+            self.metrics = local_metrics.start_endpoint()
         lock = job_lock.take(self.files.lock_path(spec.name), spec.name)
         try:
             if self._address is None:  # the embedded Ray starts here: warm this node up beside it
