@@ -280,12 +280,12 @@ class LocalJobClient(JobClient):
         if self._specs or self._address is None or not reaper.watching():
             self.close()
             return False
-        self._close_metrics()
+        self._close_metrics(wait=False)
         return True
 
-    def _close_metrics(self) -> None:
+    def _close_metrics(self, wait: bool = True) -> None:
         if self.metrics is not None:
-            self.metrics.close()
+            self.metrics.close(wait)
             self.metrics = None
 
     def close(self) -> None:

@@ -278,8 +278,11 @@ class LocalEndpoint:
         self._thread.start()
         os.environ[DIR_ENV] = str(self.directory)  # before Ray starts: its workers inherit it
 
-    def close(self) -> None:
-        self._server.shutdown()
+    def close(self, wait: bool = True) -> None:
+        """Stop serving and remove the directory; `wait=False` (the process is about to exit)
+        skips waiting up to half a second for the serving thread to notice."""
+        if wait:
+            self._server.shutdown()
         self._server.server_close()
         if os.environ.get(DIR_ENV) == str(self.directory):
             del os.environ[DIR_ENV]

@@ -73,6 +73,7 @@ def init_local(**overrides: Any) -> str:
             skip_api_server=not options.get("include_dashboard"),
             worker_script=ray_workers.ENTRY_SCRIPT if ray_workers.enabled() else None,
             skip_log_monitor=not options.get("log_to_driver"),  # it only forwards worker output
+            stub_agent=ray_private.agent_stub_enabled(),
         )
         with pin_loopback(), lean, reaper.marked():  # what this Ray starts ends with this process
             ray.init(**options)

@@ -68,6 +68,11 @@ SYMBOLS: dict[str, Private] = {
         "ray._private.workers.default_worker", "", kind="module", fallback="Ray's own worker script (no zygote)"
     ),
     "start_monitor": Private(_NODE, "Node.start_monitor", fallback="Ray starts its autoscaler monitor"),
+    "start_ray_process": Private(
+        "ray._private.services", "start_ray_process", ("command", "process_type"),
+        fallback="the raylet starts Ray's own (minimal) dashboard agent",
+    ),
+    "ray_path": Private("ray._private.services", "RAY_PATH", kind="value", fallback="as start_ray_process"),
     "start_api_server": Private(
         _NODE, "Node.start_api_server", ("include_dashboard", "raise_on_failure"),
         fallback="Ray starts its API server",
@@ -230,13 +235,50 @@ def default_worker_script() -> str | None:
     return None
 
 
+AGENT_STUB_SCRIPT = str(Path(__file__).with_name("ray_agent_stub.py"))
+AGENT_STUB_ENV = "DLU_RAY_AGENT_STUB"
+_AGENT_COMMAND = "--dashboard_agent_command="
+
+
+def agent_stub_enabled() -> bool:
+    return os.environ.get(AGENT_STUB_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def with_agent_stub(command: list[str], agent_script: str) -> list[str]:
+    """A raylet command whose dashboard agent, where Ray runs its minimal one (plain `ray`), is
+    dlu_prime/ray_agent_stub.py; any other command as it is."""
+    stub = AGENT_STUB_SCRIPT
+    if any(c.isspace() or c == '"' for c in stub):  # it would need quoting inside the command
+        return command
+    out: list[str] = []
+    for arg in command:
+        if arg.startswith(_AGENT_COMMAND) and " --minimal" in arg and arg.count(agent_script) == 1:
+            arg = arg.replace(agent_script, stub)
+        out.append(arg)
+    return out
+
+
+def _stub_agent(original: Callable[..., Any]) -> Callable[..., Any]:
+    agent_script = os.path.join(str(_get("ray_path")), "dashboard", "agent.py")
+
+    def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+        return original(with_agent_stub(list(command), agent_script), process_type, *args, **kwargs)
+
+    return start
+
+
 @contextmanager
 def lean_head(
-    *, skip_api_server: bool, worker_script: str | None, skip_log_monitor: bool = False
+    *,
+    skip_api_server: bool,
+    worker_script: str | None,
+    skip_log_monitor: bool = False,
+    stub_agent: bool = False,
 ) -> Iterator[None]:
     """While Ray starts a head in this process: no autoscaler monitor, no API server if
     `skip_api_server`, no log monitor if `skip_log_monitor` (it only forwards worker output to
-    drivers), and the raylet runs `worker_script` (if given) instead of Ray's worker script,
+    drivers), a stub for Ray's minimal dashboard agent if `stub_agent` (dlu_prime.ray_agent_stub),
+    and the raylet runs `worker_script` (if given) instead of Ray's worker script,
     which is then in the environment under DEFAULT_WORKER_ENV. Each part that Ray no longer
     supports is left out, alone; everything is restored afterwards."""
     ray_script = default_worker_script() if worker_script else None
@@ -256,6 +298,8 @@ def lean_head(
     saved_env = os.environ.get(DEFAULT_WORKER_ENV)
     with ExitStack() as stack:
         stack.enter_context(_patched("start_monitor", lambda _: _skip_process))
+        if stub_agent and available("ray_path"):
+            stack.enter_context(_patched("start_ray_process", _stub_agent))
         if skip_api_server:
             stack.enter_context(_patched("start_api_server", lambda _: _skip_process))
         patched = (use_script or no_log_monitor) and stack.enter_context(_patched("node_init", with_params))
