@@ -53,6 +53,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("failover.py", quick_args=None, uses_ray=True, timeout_s=900.0),
     Bench("master_recovery.py", quick_args=None, uses_ray=True),
     Bench("job_e2e.py", quick_args=None, uses_ray=True, timeout_s=900.0),
+    Bench("ray_boot.py", args=("3",), quick_args=None, uses_ray=True),
     # the Cluster: 3 nodes x 2 ranks (nnodes 2:3), shrinking to 2 and growing back
     Bench("elastic_resize.py", args=("--nodes", "3", "--nproc", "2"), quick_args=None, uses_ray=True),
     Bench("scale_simple.py", quick_args=None, uses_ray=True),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,38 @@ def test_the_stub_writes_the_ports_then_ends_with_its_parent(tmp_path: Path) -> 
     while alive(stub):
         assert time.monotonic() < deadline, "the stub outlived its parent"
         time.sleep(0.1)
+
+
+def test_lean_head_starts_the_stub_and_polls_the_gcs_port_sooner_then_restores_ray(tmp_path: Path) -> None:
+    """Inside lean_head, Ray's own process starter gets the raylet command with the stub, and
+    the wait for the GCS's port file polls every PORT_POLL_MS; both restored afterwards."""
+    import importlib
+
+    node: Any = importlib.import_module("ray._private.node")  # private names, read as Any
+    services: Any = importlib.import_module("ray._private.services")
+
+    before = (services.start_ray_process, node.wait_for_persisted_port)
+    agent = os.path.join(services.RAY_PATH, "dashboard", "agent.py")
+    seen: list[list[str]] = []
+    polls: list[int] = []
+
+    def fake_start(command: list[str], process_type: str, *args: object, **kwargs: object) -> str:
+        seen.append(command)
+        return "started"
+
+    def fake_wait(*args: object, poll_interval_ms: int = 100, **kwargs: object) -> int:
+        polls.append(poll_interval_ms)
+        return 1234
+
+    services.start_ray_process = fake_start
+    node.wait_for_persisted_port = fake_wait
+    try:
+        with ray_private.lean_head(skip_api_server=True, worker_script=None, stub_agent=True):
+            command = ["raylet", f"--dashboard_agent_command=/py -u {agent} --node-id={NODE} --minimal"]
+            assert services.start_ray_process(command, "raylet", True) == "started"
+            assert node.wait_for_persisted_port(str(tmp_path), NODE, "gcs_server_port", timeout_ms=1) == 1234
+        assert services.start_ray_process is fake_start and node.wait_for_persisted_port is fake_wait
+    finally:
+        services.start_ray_process, node.wait_for_persisted_port = before
+    assert seen == [["raylet", command[1].replace(agent, ray_private.AGENT_STUB_SCRIPT)]]
+    assert polls == [ray_private.PORT_POLL_MS]
