@@ -175,3 +175,18 @@ def test_the_metrics_doc_lists_exactly_the_series_defined() -> None:
     documented = {name: (kind, tuple(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows}
     assert len(documented) == len(rows), "a series is listed twice"
     assert documented == {s.name: (s.kind, s.labels) for s in SERIES}
+
+
+def test_soak_an_idle_store_writes_nothing(tmp_path: Path) -> None:
+    """The flusher's period passes 10 times with nothing recorded: the file is not written again."""
+    backend = LocalMetricsBackend(tmp_path, "m.prime-master")
+    metrics = JobMetrics("m", backend)
+    metrics.observe_state(job_state(), {})  # a gauge: written by the flusher within a period
+    deadline = time.monotonic() + 10
+    while 'dlu_job_stage_code{dlu_job="m"}' not in render(tmp_path):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(local_metrics.FLUSH_S * 2)
+    written = backend.store.path.stat().st_mtime_ns
+    time.sleep(local_metrics.FLUSH_S * 10)
+    assert backend.store.path.stat().st_mtime_ns == written

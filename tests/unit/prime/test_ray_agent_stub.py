@@ -61,7 +61,7 @@ def test_the_opt_out(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_stub_writes_the_ports_then_ends_with_its_parent(tmp_path: Path) -> None:
     """A parent process starts the stub as the raylet does, then is killed: the stub has written
-    Ray's three port files ("-1": not in use) and ends."""
+    Ray's three port files ("-1": not in use), stays while the parent lives, and then ends."""
     pid_file = tmp_path / "stub.pid"
     parent = subprocess.Popen(
         [
@@ -82,7 +82,10 @@ def test_the_stub_writes_the_ports_then_ends_with_its_parent(tmp_path: Path) -> 
             time.sleep(0.05)
         assert [p.read_text() for p in names] == ["-1"] * 3
         stub = int(pid_file.read_text())
-        assert Path(f"/proc/{stub}").exists()
+        written = [p.stat().st_mtime_ns for p in names]
+        time.sleep(ray_agent_stub.PARENT_POLL_S * 10)  # soak: its parent lives, it does nothing
+        assert alive(stub)
+        assert [p.stat().st_mtime_ns for p in names] == written
     finally:
         parent.kill()
         parent.wait()
