@@ -93,6 +93,57 @@ def test_a_local_run_serves_every_series_with_exact_sums(tmp_path: Path) -> None
         box.end()
 
 
+ELASTIC = """
+name: metered-elastic
+device_type: CPU
+device_per_node: 0
+node_num: 1
+health: {{monitor_interval_s: 0.2}}
+roles:
+  - name: trainer
+    kind: elastic
+    entrypoint: elastic_workloads:beat_then_fail_on_first_attempt
+    resources: {{cpu: 0.25}}
+    env: {{OUT_DIR: {out}}}
+    elastic: {{nnodes: 1, nproc_per_node: 2, node_check: {{enabled: false}}}}
+"""
+
+
+def test_an_in_place_restart_timed_by_the_submaster_reaches_the_same_endpoint(tmp_path: Path) -> None:
+    """The in-place tier is timed by the role's SubMaster, another process than the PrimeMaster:
+    its recovery shows on the endpoint `dlu run` printed, beside the PrimeMaster's series."""
+    box = Box(tmp_path / "home")
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        spec = tmp_path / "metered-elastic.yaml"
+        spec.write_text(ELASTIC.format(out=out))
+        run = box.start(spec)
+        wait_until(lambda: URL.search(run.output()) is not None, "the metrics address printed", run)
+        match = URL.search(run.output())
+        assert match is not None
+        url = match.group(1)
+        tags = {"dlu_job": "metered-elastic", "tier": "in_place"}
+
+        def in_place_seen() -> bool:
+            return value(scrape(url), "dlu_failover_duration_seconds_count", **tags) == 1.0
+
+        wait_until(in_place_seen, "the in-place recovery on the endpoint", run)
+        text = scrape(url)
+        total = value(text, "dlu_failover_duration_seconds_sum", **tags)
+        assert total is not None and 0.0 < total < 60.0, text
+        assert value(text, "dlu_failover_seconds_total", **tags) == total
+        wait_until(
+            lambda: value(scrape(url), "dlu_world_size", dlu_job="metered-elastic", role="trainer") == 2.0,
+            "the world size",
+            run,
+        )
+        (out / "go").write_text("")
+        assert run.proc.wait(120) == 0, run.output()
+    finally:
+        box.end()
+
+
 def test_metrics_off_serves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`DLU_METRICS_PORT=off`: the job runs, no address is printed."""
     monkeypatch.setenv("DLU_METRICS_PORT", "off")
