@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -10,7 +11,7 @@ from dlu_api.builder import from_torchrun_cmd
 from dlu_api.errors import SpecError
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import DeviceType, RoleKind
-from dlu_api.spec.torchrun import TorchrunCommand, parse_nnodes, parse_torchrun
+from dlu_api.spec.torchrun import TorchrunCommand, default_job_name, parse_nnodes, parse_torchrun
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_symbolic_nproc_is_kept(word: str) -> None:
 
 def test_from_torchrun_cmd_builds_one_elastic_role() -> None:
     spec = from_torchrun_cmd("torchrun --nnodes=2 --nproc-per-node=4 --max-restarts=5 train.py --lr 1e-3")
-    assert spec.name == "torchrun-job"
+    assert re.fullmatch(r"train-[0-9a-f]{6}", spec.name), spec.name
     assert spec.device_type is DeviceType.GPU
     assert (spec.node_num, spec.device_per_node) == (2, 4)
     [role] = spec.roles
@@ -219,8 +220,8 @@ def test_from_torchrun_cmd_bare_script_stays_a_script() -> None:
 
 
 def test_from_torchrun_cmd_accepts_python_prefix_and_list() -> None:
-    a = from_torchrun_cmd("python -m torch.distributed.run --nnodes 2 --nproc-per-node 2 t.py")
-    b = from_torchrun_cmd(["torchrun", "--nnodes=2", "--nproc_per_node=2", "t.py"])
+    a = from_torchrun_cmd("python -m torch.distributed.run --nnodes 2 --nproc-per-node 2 t.py", name="t")
+    b = from_torchrun_cmd(["torchrun", "--nnodes=2", "--nproc_per_node=2", "t.py"], name="t")
     assert a == b
 
 
@@ -259,10 +260,10 @@ def test_from_torchrun_cmd_cpu_when_asked(device_type: str) -> None:
 def test_from_torchrun_cmd_device_type_is_never_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
     # No GPU visible on this machine must not turn the job into a CPU job.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    spec = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py")
+    spec = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", name="t")
     assert spec.device_type is DeviceType.GPU
     assert spec.roles[0].resources.gpu == 1.0
-    explicit = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", device_type="gpu")
+    explicit = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", device_type="gpu", name="t")
     assert explicit == spec
 
 
@@ -288,7 +289,9 @@ def test_from_torchrun_cmd_says_which_flags_it_ignores(caplog: pytest.LogCapture
     assert "ignored: --rdzv-backend" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="dlu_api.builder"):
-        from_torchrun_cmd("torchrun --nnodes=1 --nproc-per-node=2 train.py", device_type="CPU")
+        from_torchrun_cmd(
+            "torchrun --nnodes=1 --nproc-per-node=2 --max-restarts=0 train.py", device_type="CPU", name="j"
+        )
     assert caplog.text == ""
 
 
@@ -341,3 +344,60 @@ def test_torchrun_console_becomes_tee(redirects: str | None, tee: str | None, wo
     from dlu_api.rank_logs import torchrun_tee
 
     assert torchrun_tee(redirects, tee, world) == want
+
+
+# differences from torchrun: names, the restart default, --start-method, --local-ranks-filter ----
+
+
+def test_two_torchrun_jobs_get_distinct_names_after_their_script() -> None:
+    first = from_torchrun_cmd("torchrun --nproc-per-node=2 examples/My_Train.py", device_type="CPU")
+    second = from_torchrun_cmd("torchrun --nproc-per-node=2 examples/My_Train.py", device_type="CPU")
+    assert first.name != second.name
+    assert first.name.startswith("my-train-") and second.name.startswith("my-train-")
+    assert from_torchrun_cmd("torchrun t.py", name="mine").name == "mine"
+    module = parse_torchrun("torchrun -m pkg.trainer_main --x 1")
+    assert default_job_name(module, "abc") == "trainer-main-abc"
+    assert default_job_name(parse_torchrun("torchrun ___.py"), "abc") == "torchrun-abc"
+
+
+def test_the_restart_default_is_said_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="dlu_api.builder"):
+        spec = from_torchrun_cmd("torchrun --nproc-per-node=2 train.py", device_type="CPU", name="j")
+    assert spec.roles[0].max_restart == 10
+    assert "DLU restarts failed ranks up to 10 times (torchrun's default is 0)" in caplog.text
+    assert from_torchrun_cmd("torchrun --max-restarts=0 train.py", name="j").roles[0].max_restart == 0
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_start_method_is_checked_then_ignored(method: str) -> None:
+    cmd = parse_torchrun(f"torchrun --start-method={method} train.py")
+    assert cmd.ignored_flags == ("start-method",)
+
+
+def test_a_bad_start_method_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"--start-method 'thread' is not one of spawn, fork, forkserver"):
+        parse_torchrun("torchrun --start-method thread train.py")
+
+
+def test_local_ranks_filter_limits_the_console_to_those_local_ranks() -> None:
+    spec = from_torchrun_cmd(
+        "torchrun --nnodes=2 --nproc-per-node=3 --local-ranks-filter=0,2 train.py", device_type="CPU", name="j"
+    )
+    # node-major ranks: local rank = rank % 3; the rank files keep every stream
+    assert spec.logs.tee == "0:3,1:0,2:3,3:3,4:0,5:3"
+    assert spec.logs.redirects == "3"
+    cmd = parse_torchrun("torchrun --nproc-per-node=2 --local_ranks_filter 1 --tee 3 train.py")
+    assert (cmd.local_ranks_filter, cmd.ignored_flags) == ((1,), ())
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("a", "not a comma-separated list of local ranks"),
+        ("-1", "must list local ranks >= 0"),
+        ("0,4", "names local rank 4, but --nproc-per-node is 2"),
+    ],
+)
+def test_a_bad_local_ranks_filter_is_refused(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_torchrun(f"torchrun --nproc-per-node=2 --local-ranks-filter={value} train.py")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlu_elastic.inplace_timer import InPlaceTimer
+from dlu_elastic.inplace_timer import ALIVE_S, InPlaceTimer
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -56,3 +56,35 @@ def test_a_role_failover_taking_over_is_not_timed_as_in_place() -> None:
     timer.restarted(1, 2.0, RANKS)
     timer.cancel()
     assert trained(timer, 2, 11, 9.0) == [None, None]
+
+
+def test_a_script_that_never_beats_counts_once_its_new_process_stayed_up() -> None:
+    timer = InPlaceTimer()
+    assert trained(timer, 1, 0, 1.0) == [None, None]  # an unmodified script: step 0 throughout
+    timer.restarted(2, 5.0, RANKS)
+    assert trained(timer, 1, 0, 5.1) == [None, None]  # the old round's beats
+    assert trained(timer, 2, 0, 5.5) == [None, None]  # new processes started: not yet proven up
+    assert timer.beat("j.t.0", 2, 0, 5.5 + ALIVE_S) is None  # one rank up long enough
+    assert timer.timing
+    took = timer.beat("j.t.1", 2, 0, 5.5 + ALIVE_S + 0.1)
+    assert took == pytest.approx(0.5)  # timed to the processes' start, not to the proof
+    assert not timer.timing
+
+
+def test_a_script_that_never_beats_and_crashes_again_is_timed_from_the_second_failure() -> None:
+    timer = InPlaceTimer()
+    trained(timer, 1, 0, 1.0)
+    timer.restarted(2, 5.0, RANKS)
+    trained(timer, 2, 0, 5.5)  # started, then crashed before ALIVE_S: a new round opens
+    timer.restarted(3, 6.0, RANKS)
+    assert trained(timer, 2, 0, 5.5 + ALIVE_S) == [None, None]  # the dropped round proves nothing
+    assert trained(timer, 3, 0, 6.25) == [None, None]
+    assert trained(timer, 3, 0, 6.25 + ALIVE_S) == [None, pytest.approx(0.25)]
+
+
+def test_beats_without_a_restart_never_time_anything() -> None:
+    """Soak: many multiples of ALIVE_S of step-0 beats with nothing injected: nothing timed."""
+    timer = InPlaceTimer()
+    for i in range(400):
+        assert trained(timer, 1, 0, i * 0.5) == [None, None]
+    assert not timer.timing

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from typing import Any, Generic, Self, TypeVar
 
 from dlu_api.spec.io import spec_from_dict
-from dlu_api.spec.models import JobSpec, RecoveryPolicy, RoleKind
+from dlu_api.spec.models import JobSpec, RecoveryPolicy, RoleKind, RoleSpec
 from dlu_api.spec.units import parse_memory
 
 B = TypeVar("B", bound="DLJobBuilder")
@@ -309,7 +310,7 @@ class RLJobBuilder(DLJobBuilder):
 def from_torchrun_cmd(
     command: str | list[str],
     *,
-    name: str = "torchrun-job",
+    name: str | None = None,
     device_type: str = "GPU",
     device_per_node: int | None = None,
     role: str = "trainer",
@@ -320,14 +321,17 @@ def from_torchrun_cmd(
     torchrun has no device flag, so the device type is the caller's (GPU unless told otherwise),
     never guessed from the driver machine. `--log-dir` becomes `logs.dir`; every rank writes both
     streams to its files, and what torchrun would print on its console (everything, unless
-    `--redirects` sends a stream to a file only; `--tee` prints it again) becomes `logs.tee`.
+    `--redirects` sends a stream to a file only; `--tee` prints it again; only the local ranks
+    of `--local-ranks-filter`) becomes `logs.tee`. Without `name` the job is named after the
+    script plus a unique suffix, so that two torchrun jobs never share a name. Where DLU differs
+    from torchrun on purpose (the restart default), a warning says so.
 
     Raises:
         ValueError: not a torchrun command, or `--nproc-per-node` cannot be resolved.
         SpecError: the resulting spec breaks a rule.
     """
     from dlu_api.rank_logs import torchrun_tee
-    from dlu_api.spec.torchrun import parse_torchrun
+    from dlu_api.spec.torchrun import default_job_name, differences, parse_torchrun
 
     cmd = parse_torchrun(command)
     if cmd.ignored_flags:
@@ -335,6 +339,11 @@ def from_torchrun_cmd(
         logger.warning(
             "torchrun flags DLU handles itself (its own rendezvous and monitoring), ignored: %s", flags
         )
+    if name is None:
+        name = default_job_name(cmd, secrets.token_hex(3))
+        logger.warning("job name: %s (--name chooses one)", name)
+    for note in differences(cmd, RoleSpec.model_fields["max_restart"].default):
+        logger.warning("%s", note)
     dtype = device_type.upper()
     builder = DLJobBuilder(name).device_type(dtype)
     nproc = cmd.nproc_per_node
@@ -353,7 +362,7 @@ def from_torchrun_cmd(
     # torchrun's console is `dlu run`'s terminal: what torchrun would print there is tee'd (every
     # stream also goes to the rank files, as the spec's default redirects=3 says).
     world = cmd.max_nodes * nproc
-    builder.logs(tee=torchrun_tee(cmd.redirects, cmd.tee, world))
+    builder.logs(tee=torchrun_tee(cmd.redirects, cmd.tee, world, cmd.local_ranks_filter, nproc))
     trainer = builder.role(role).train(cmd.entrypoint).nnodes(cmd.nnodes).nproc_per_node(nproc)
     if cmd.max_restarts is not None:
         trainer.max_restart(cmd.max_restarts)

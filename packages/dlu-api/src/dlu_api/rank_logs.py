@@ -60,19 +60,32 @@ def format_modes(modes: StreamModes) -> str:
     return ",".join(f"{rank}:{mode}" for rank, mode in sorted(modes.items()))
 
 
-def torchrun_tee(redirects: str | None, tee: str | None, world: int) -> str:
+def torchrun_tee(
+    redirects: str | None,
+    tee: str | None,
+    world: int,
+    local_ranks: tuple[int, ...] | None = None,
+    nproc_per_node: int = 1,
+) -> str:
     """What `dlu run` mirrors for a torchrun command: what torchrun leaves on its console.
 
     torchrun prints a stream unless `--redirects` sends it to a file only, and `--tee` prints
-    it again; so its console shows (not redirected) | tee'd, per rank. DLU writes every stream
-    to the rank files (`dlu logs` has them all) and mirrors exactly that on its terminal.
-    `world`: the ranks a per-rank form is spelled out for.
+    it again; so its console shows (not redirected) | tee'd, per rank, and only for the local
+    ranks `--local-ranks-filter` names (`local_ranks`; the files keep everything). DLU writes
+    every stream to the rank files (`dlu logs` has them all) and mirrors exactly that on its
+    terminal. `world`: the ranks a per-rank form is spelled out for (node-major: a rank's local
+    rank is rank % `nproc_per_node`).
     """
     redirected = parse_modes(redirects or "0", "--redirects")
     mirrored = parse_modes(tee or "0", "--tee")
-    if isinstance(redirected, int) and isinstance(mirrored, int):
+    if isinstance(redirected, int) and isinstance(mirrored, int) and local_ranks is None:
         return str((BOTH & ~redirected) | mirrored)
-    per_rank = {r: (BOTH & ~mode_for(redirected, r)) | mode_for(mirrored, r) for r in range(world)}
+    per_rank = {
+        r: (BOTH & ~mode_for(redirected, r)) | mode_for(mirrored, r)
+        if local_ranks is None or r % max(1, nproc_per_node) in local_ranks
+        else 0
+        for r in range(world)
+    }
     return format_modes(per_rank)
 
 

@@ -1,7 +1,10 @@
 """Parse a torchrun command line into what DLU needs: nodes, processes per node, and the script.
 
 DLU does its own rendezvous, so torchrun's rendezvous and master flags are accepted and ignored;
-`--log-dir`, `--redirects` (`-r`) and `--tee` (`-t`) become the spec's `logs` settings.
+`--log-dir`, `--redirects` (`-r`) and `--tee` (`-t`) become the spec's `logs` settings and
+`--local-ranks-filter` picks the ranks whose output is shown. `--start-method` is checked as
+torchrun checks it, then ignored: DLU forks every rank from a zygote. Where DLU differs from
+torchrun on purpose, `differences()` says so (printed at start, listed in docs/torchrun.md).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from dlu_api.rank_logs import parse_modes
 from dlu_api.spec.entrypoint import is_torchrun_command, split_command
@@ -30,13 +34,13 @@ _IGNORED_VALUE_FLAGS = frozenset(
         "local-addr",
         "role",
         "start-method",
-        "local-ranks-filter",
         "logs-specs",
     }
 )
 _IGNORED_BOOL_FLAGS = frozenset({"standalone", "run-path"})
 # Flags that take a value. Both spellings (dash and underscore) are accepted.
-_LOG_FLAGS = frozenset({"log-dir", "redirects", "tee"})
+_LOG_FLAGS = frozenset({"log-dir", "redirects", "tee", "local-ranks-filter"})
+START_METHODS = ("spawn", "fork", "forkserver")  # torchrun's choices
 _VALUE_FLAGS = frozenset({"nnodes", "nproc-per-node", "max-restarts"}) | _LOG_FLAGS | _IGNORED_VALUE_FLAGS
 _SHORT_FLAGS = {"-r": "redirects", "-t": "tee"}
 _BOOL_FLAGS = frozenset({"module", "no-python"}) | _IGNORED_BOOL_FLAGS
@@ -56,6 +60,7 @@ class TorchrunCommand:
     log_dir: str | None = None
     redirects: str | None = None  # torchrun's stream modes, checked (see dlu_api.rank_logs)
     tee: str | None = None
+    local_ranks_filter: tuple[int, ...] | None = None  # local ranks shown on the console
 
     @property
     def nnodes(self) -> str:
@@ -131,8 +136,8 @@ def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
         else:
             raise ValueError(
                 f"unknown torchrun flag {token!r}; DLU understands --nnodes, --nproc-per-node, "
-                "--max-restarts, --log-dir, --redirects, --tee, --standalone, -m/--module, --no-python "
-                "and ignores rendezvous flags"
+                "--max-restarts, --log-dir, --redirects, --tee, --local-ranks-filter, --standalone, "
+                "-m/--module, --no-python and ignores rendezvous flags"
             )
     if i < len(rest) and rest[i] == "--":
         i += 1
@@ -177,6 +182,17 @@ def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
     for stream_flag in ("redirects", "tee"):
         if stream_flag in values:
             parse_modes(values[stream_flag], f"--{stream_flag}")
+    if values.get("start-method", "spawn") not in START_METHODS:
+        raise ValueError(
+            f"--start-method {values['start-method']!r} is not one of {', '.join(START_METHODS)}; "
+            "drop it (DLU forks every rank from a zygote whatever it says)"
+        )
+    ranks_filter = _ranks_filter(values["local-ranks-filter"]) if "local-ranks-filter" in values else None
+    if ranks_filter is not None and isinstance(nproc, int) and max(ranks_filter) >= nproc:
+        raise ValueError(
+            f"--local-ranks-filter names local rank {max(ranks_filter)}, but --nproc-per-node is "
+            f"{nproc}; name local ranks 0 to {nproc - 1}"
+        )
     if "log-dir" in values and not values["log-dir"].strip():
         raise ValueError("--log-dir is empty; give a directory, e.g. --log-dir /tmp/logs")
     ignored = tuple(sorted(n for n in (set(values) | flags) if n in _IGNORED))
@@ -190,4 +206,42 @@ def parse_torchrun(command: str | list[str]) -> TorchrunCommand:
         log_dir=values.get("log-dir"),
         redirects=values.get("redirects"),
         tee=values.get("tee"),
+        local_ranks_filter=ranks_filter,
     )
+
+
+def _ranks_filter(value: str) -> tuple[int, ...]:
+    """torchrun's `--local-ranks-filter 0,2`: the local ranks whose output the console shows."""
+    try:
+        ranks = tuple(sorted({int(part) for part in value.split(",")}))
+    except ValueError:
+        raise ValueError(
+            f"--local-ranks-filter {value!r} is not a comma-separated list of local ranks, e.g. 0,1"
+        ) from None
+    if not ranks or ranks[0] < 0:
+        raise ValueError(f"--local-ranks-filter {value!r} must list local ranks >= 0, e.g. 0,1")
+    return ranks
+
+
+def default_job_name(cmd: TorchrunCommand, unique: str) -> str:
+    """A job name for a torchrun command given no `--name`: the script's (or module's) name and
+    `unique`, so that two torchrun jobs on one machine or cluster do not collide."""
+    target = split_command(cmd.entrypoint)
+    if target[0] == "-m" and len(target) > 1:
+        stem = target[1].rsplit(".", 1)[-1].lower()  # a module: its last part
+    else:
+        stem = PurePosixPath(target[0]).stem.lower()
+    stem = re.sub(r"[^a-z0-9]+", "-", stem).strip("-")[:40].strip("-") or "torchrun"
+    return f"{stem}-{unique}"
+
+
+def differences(cmd: TorchrunCommand, default_max_restarts: int) -> list[str]:
+    """What this command does differently under DLU than under torchrun, on purpose: one line
+    each, printed when the job starts (docs/torchrun.md explains them)."""
+    notes: list[str] = []
+    if cmd.max_restarts is None:
+        notes.append(
+            f"no --max-restarts: DLU restarts failed ranks up to {default_max_restarts} times "
+            "(torchrun's default is 0); pass --max-restarts=0 for torchrun's behaviour"
+        )
+    return notes

@@ -26,7 +26,7 @@ from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
-from dlu_elastic.worker import store
+from dlu_elastic.worker import error_file, store
 from dlu_elastic.worker.agent_loop import (
     HEARTBEAT_CALLS_PER_S,
     MASTER_GONE,
@@ -37,7 +37,8 @@ from dlu_elastic.worker.agent_loop import (
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
 from dlu_prime.master.state import ActorStage
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
-from dlu_prime.worker.rank_logs import RankOutput, redirect_this_process
+from dlu_elastic.worker.torchrun_env import torchrun_env
+from dlu_prime.worker.rank_logs import RankOutput, log_root, redirect_this_process
 
 logger = logging.getLogger(__name__)
 
@@ -330,23 +331,20 @@ class ElasticWorkerActor(ElasticAgentLoop):
 
     def _process_spec(self, state: pb.RendezvousState, agent_store: bool = True) -> ProcessSpec:
         info = self.info
-        env = {
-            "RANK": str(state.rank_offset),
-            "WORLD_SIZE": str(state.world_size),
-            "LOCAL_RANK": str(info.local_rank),
-            "LOCAL_WORLD_SIZE": str(info.local_world_size),
-            "GROUP_RANK": str(info.node_rank),
-            "NODE_RANK": str(info.node_rank),
-            "ROLE_RANK": str(state.rank_offset),
-            "ROLE_WORLD_SIZE": str(state.world_size),
-            "MASTER_ADDR": state.master_addr,
-            "MASTER_PORT": str(state.master_port),
-            "TORCHELASTIC_RESTART_COUNT": str(self.rounds - 1),
-            "TORCHELASTIC_MAX_RESTARTS": str(self.role_spec.max_restart),
-            "TORCHELASTIC_RUN_ID": f"{info.job}-{info.role}",
-            store.AGENT_STORE_ENV: str(agent_store and self.elastic.agent_store),
-            "DLU_CONFIG_JSON": json.dumps(info.config),
-        }
+        env = torchrun_env(
+            state,
+            local_rank=info.local_rank,
+            local_world_size=info.local_world_size,
+            node_rank=info.node_rank,
+            role=info.role,
+            run_id=f"{info.job}-{info.role}",
+            max_restarts=self.role_spec.max_restart,
+        )
+        env[store.AGENT_STORE_ENV] = str(agent_store and self.elastic.agent_store)
+        env[error_file.ENV] = error_file.prepare(
+            error_file.error_file(log_root(self.logs), info.job, info.run_id, info.role, state.rank_offset)
+        )
+        env["DLU_CONFIG_JSON"] = json.dumps(info.config)
         return ProcessSpec(
             info.entrypoint,
             env=env,
@@ -360,6 +358,6 @@ class ElasticWorkerActor(ElasticAgentLoop):
                 run_id=info.run_id,
                 role=info.role,
                 rank=state.rank_offset,
-                attempt=f"round {self.rounds}, restart {self.rounds - 1}",
+                attempt=f"round {state.round}, restart {env['TORCHELASTIC_RESTART_COUNT']}",
             ),
         )

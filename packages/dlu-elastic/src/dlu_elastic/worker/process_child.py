@@ -15,7 +15,8 @@ that preloads `dlu_elastic.worker.process` has it imported before any fork). The
 - runs the entrypoint: a function call, or `runpy` for `script.py args` and `-m module args`
   (a torchrun command runs its script part) with `sys.argv` set as Python would;
 - exits 0 on success, 1 on an exception (the traceback goes to the actor as a FAILURE event
-  and to stderr), or the code of a `SystemExit`.
+  and to stderr), or the code of a `SystemExit`; where the rank wrote torchrun's error file
+  (`@record`), the FAILURE event carries what it wrote instead (see error_file.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind
+from dlu_elastic.worker.error_file import failure_text
 from dlu_elastic.worker.process_types import PASSED_FDS_ENV, EventKind, ProcessEvent
 from dlu_prime import zygote
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
@@ -210,14 +212,14 @@ def _run_child(payload: ChildPayload, sink: _PipeSink) -> int:
     except SystemExit as exc:
         code = _exit_code(exc)
         if code:
-            text = f"exited with code {exc.code!r}\n{traceback.format_exc()}"
+            text = failure_text(f"exited with code {exc.code!r}\n{traceback.format_exc()}")
             sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text, exit_code=code))
         return code
     except BaseException:
         text = traceback.format_exc()
         with contextlib.suppress(Exception):
             sys.stderr.write(text)
-        sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text, exit_code=1))
+        sink(ProcessEvent(EventKind.FAILURE, time.time(), message=failure_text(text), exit_code=1))
         return 1
     return 0
 
