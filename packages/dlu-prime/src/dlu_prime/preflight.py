@@ -107,7 +107,8 @@ def log_dir_problems(spec: JobSpec) -> list[Problem]:
 
 
 def sized_for(spec: JobSpec, ray_options: Mapping[str, Any]) -> dict[str, Any]:
-    """Ray options whose logical CPUs fit `spec`: max(this machine's cores, the job's CPU).
+    """Ray options whose logical CPUs fit `spec`: max(this machine's cores, the job's CPU at
+    its largest, every elastic role at its MAX nodes).
 
     A local run is one machine, where oversubscribing CPUs is what `dlu run` users expect (as
     of torchrun: 2 nodes x 2 processes on a 2-core laptop); memory and GPUs stay refused when
@@ -120,7 +121,9 @@ def sized_for(spec: JobSpec, ray_options: Mapping[str, Any]) -> dict[str, Any]:
     if "CPU" in machine.resource_override():
         return options
     cores = machine.local_resources(options).get("CPU", 1.0)
-    wanted = job_demand(spec).total.get("CPU", 0.0)
+    # An elastic MIN:MAX role grows to MAX: size for it (logical CPUs are free to give), or the
+    # nodes beyond MIN never fit and the role waits for them in vain.
+    wanted = job_demand(spec, at_max=True).total.get("CPU", 0.0)
     return {**options, "num_cpus": max(int(cores), math.ceil(wanted - 1e-9))}
 
 
@@ -145,13 +148,14 @@ class Demand:
     """resource -> (largest amount one bundle needs, its group's roles)."""
 
 
-def job_demand(spec: JobSpec) -> Demand:
+def job_demand(spec: JobSpec, at_max: bool = False) -> Demand:
+    """What the job needs to start: an elastic role with a MIN:MAX range starts with MIN nodes.
+    `at_max`: what it needs once every such role has grown to MAX."""
     demand = Demand()
-    # An elastic role with a MIN:MAX range starts with MIN nodes: that is what it needs.
     beyond_min = {
         node_group_name(r.name, k)
         for r in spec.roles
-        if r.elastic is not None and is_node_grouped(spec, r)
+        if r.elastic is not None and is_node_grouped(spec, r) and not at_max
         for k in range(r.elastic.min_nodes, r.elastic.max_nodes)
     }
     for group in plan_placement(spec).groups:
@@ -169,7 +173,7 @@ def job_demand(spec: JobSpec) -> Demand:
         for name, amount in per_actor.items():
             if amount > 0:
                 count = role.total
-                if role.elastic is not None and is_node_grouped(spec, role):
+                if role.elastic is not None and is_node_grouped(spec, role) and not at_max:
                     count = role.elastic.min_nodes * role.per_group
                 demand.by_source.setdefault(name, {})[f"roles[{role.name}]"] = count * amount
     master = master_options(spec)

@@ -52,6 +52,10 @@ def torchrun_env(
         # torchrun's default, unless the launching environment chose
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
     }
+    # torchrun's launcher exports the signals it forwards to its workers; they inherit it
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = os.environ.get(
+        "TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    )
     if local_world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"  # torchrun's default with several processes per node
     return env

@@ -107,6 +107,9 @@ class StageDriver:
 
     def prepare(self) -> None:
         """INIT -> READY: place and create actors, run their self checks and the SubMasters' checks."""
+        groups = getattr(self.m.scheduler, "node_groups", None)
+        if groups is not None:  # a wait for MIN:MAX nodes is put on the timeline as it begins
+            groups.on_wait = lambda message: self.m.apply(Note("waiting_for_nodes", message))
         try:
             nodes = self.m.scheduler.prepare()
             placed = Note("actors_created", f"{len(nodes)} actor(s) placed")

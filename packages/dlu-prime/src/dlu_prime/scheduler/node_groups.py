@@ -19,6 +19,9 @@ from dlu_api.spec.units import format_resources
 from dlu_prime.scheduler.placement import GroupPlan, PlacementPlan, is_node_grouped, node_group_name
 
 POLL_S = 0.1
+# How long nodes may take to be placed before the wait for them is said (placing takes well
+# under a second when they fit).
+WAIT_SAID_S = 2.0
 
 
 class StartKind(StrEnum):
@@ -80,6 +83,9 @@ class NodeGroups:
         self._plan = plan
         self._group = group
         self.roles = [r for r in spec.roles if is_node_grouped(spec, r)]
+        # Told, once per role, what `wait_start` waits for when it waits past WAIT_SAID_S (the
+        # PrimeMaster puts it on the timeline): a wait for nodes is never silent.
+        self.on_wait: Callable[[str], None] | None = None
 
     def names(self) -> set[str]:
         """Every node group's name (the groups the ordinary wait must skip)."""
@@ -112,6 +118,7 @@ class NodeGroups:
         started = time.monotonic()
         out: dict[str, list[int]] = {}
         pending = list(self.roles)
+        said: set[str] = set()
         while pending:
             elapsed = time.monotonic() - started
             for role in list(pending):
@@ -126,6 +133,13 @@ class NodeGroups:
                 if verdict.kind is StartKind.START:
                     out[role.name] = list(verdict.nodes)
                     pending.remove(role)
+                elif elapsed >= WAIT_SAID_S and role.name not in said and self.on_wait is not None:
+                    said.add(role.name)
+                    self.on_wait(
+                        f"role {role.name}: {len(placed)} of {count} node(s) placed; waiting up to "
+                        f"{timeout:g}s (elastic.start_timeout_s) for the rest, then starting with at "
+                        f"least {role.elastic.min_nodes}; {self.needs(role.name)}"
+                    )
             if pending:
                 time.sleep(POLL_S)
         return out, None
