@@ -83,14 +83,18 @@ def test_dlu_gives_a_script_torchruns_environment(ray_session: Any, tmp_path: Pa
         missing = sorted(set(torchrun_sets) - set(ours[rank]))
         assert missing == [], f"rank {rank}: DLU does not set {missing}"
         differ = {
-            k: (v, ours[rank][k]) for k, v in torchrun_sets.items() if ours[rank][k] != v and k not in DIFFERENT_VALUE
+            k: (v, ours[rank][k])
+            for k, v in torchrun_sets.items()
+            if ours[rank][k] != v and k not in DIFFERENT_VALUE
         }
         assert differ == {}, f"rank {rank}: torchrun's value, DLU's: {differ}"
         assert ours[rank]["TORCHELASTIC_ERROR_FILE"], "an error file is given"
         assert ours[rank]["ROLE_NAME"] == "trainer"
 
 
-def test_a_crash_restarts_one_round_reads_the_error_file_and_recovers(ray_session: Any, tmp_path: Path) -> None:
+def test_a_crash_restarts_one_round_reads_the_error_file_and_recovers(
+    ray_session: Any, tmp_path: Path
+) -> None:
     """Two nodes of one rank each; rank 1 crashes once through `@record`."""
     env = {"OUT_DIR": str(tmp_path), "CRASH_ONCE": "1", "HOLD_S": "4"}
     status = run(dlu_job("parity-crash", f"torchrun --nnodes=2 --nproc-per-node=1 {SCRIPT}", env))

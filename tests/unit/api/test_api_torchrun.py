@@ -381,7 +381,9 @@ def test_a_bad_start_method_is_refused_with_the_choices() -> None:
 
 def test_local_ranks_filter_limits_the_console_to_those_local_ranks() -> None:
     spec = from_torchrun_cmd(
-        "torchrun --nnodes=2 --nproc-per-node=3 --local-ranks-filter=0,2 train.py", device_type="CPU", name="j"
+        "torchrun --nnodes=2 --nproc-per-node=3 --local-ranks-filter=0,2 train.py",
+        device_type="CPU",
+        name="j",
     )
     # node-major ranks: local rank = rank % 3; the rank files keep every stream
     assert spec.logs.tee == "0:3,1:0,2:3,3:3,4:0,5:3"

@@ -39,9 +39,7 @@ def _spec_from_args(
     if not args:
         raise ValueError("give a spec file, or `-- torchrun [flags] script.py args...`")
     if is_torchrun_command(args):
-        return from_torchrun_cmd(
-            args, name=name, device_type=device_type or default_device_type(address)
-        )
+        return from_torchrun_cmd(args, name=name, device_type=device_type or default_device_type(address))
     if len(args) != 1:
         raise ValueError(f"expected one spec file or a torchrun command after '--', got {' '.join(args)!r}")
     updates: dict[str, object] = {}

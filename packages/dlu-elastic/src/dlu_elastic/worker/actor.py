@@ -35,9 +35,9 @@ from dlu_elastic.worker.agent_loop import (
     heartbeat_interval,
 )
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
+from dlu_elastic.worker.torchrun_env import torchrun_env
 from dlu_prime.master.state import ActorStage
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
-from dlu_elastic.worker.torchrun_env import torchrun_env
 from dlu_prime.worker.rank_logs import RankOutput, log_root, redirect_this_process
 
 logger = logging.getLogger(__name__)

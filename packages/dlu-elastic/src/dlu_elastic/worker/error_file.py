@@ -58,7 +58,9 @@ def read_error(path: str | None) -> str | None:
     body = cast(dict[str, Any], message)
     text = str(body.get("message") or "").strip()
     extra: Any = body.get("extraInfo")
-    stack = str(cast(dict[str, Any], extra).get("py_callstack") or "").strip() if isinstance(extra, dict) else ""
+    stack = (
+        str(cast(dict[str, Any], extra).get("py_callstack") or "").strip() if isinstance(extra, dict) else ""
+    )
     if stack and text and not stack.endswith(text):
         return f"{stack}\n{text}"
     return stack or text or None
