@@ -296,3 +296,35 @@ def test_in_place_restarts_the_node_loss_caused_are_not_counted() -> None:
     events = apply_change(state, ResizeBegan(verdict.shrink, "node lost: node 1", forgiven=1), T0)
     assert state.roles["trainer"].inplace_restart_count == 1
     assert "1 in-place restart(s) it caused not counted" in events[0].message
+
+
+def test_a_wait_for_nodes_is_said_once_with_what_it_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NodeGroups.wait_start never waits silently: past WAIT_SAID_S it says, once per role, how
+    many nodes it has, how long it waits, and what a node needs; then starts with MIN."""
+    from dlu_prime.scheduler import node_groups
+    from dlu_prime.scheduler.node_groups import NodeGroups
+
+    spec = spec_from_dict(spec_of("1:2", 2, start_timeout_s=node_groups.WAIT_SAID_S + 0.5))
+    groups = NodeGroups(spec, plan_placement(spec), group=lambda name: name)
+    monkeypatch.setattr(groups, "placed", lambda role, nodes: [0])  # the second node never fits
+    monkeypatch.setattr(groups, "needs", lambda role: "each node of the role needs {CPU: 2}")
+    said: list[str] = []
+    groups.on_wait = said.append
+    starts, problem = groups.wait_start()
+    assert (starts, problem) == ({"trainer": [0]}, None)
+    assert said == [
+        "role trainer: 1 of 2 node(s) placed; waiting up to 2.5s (elastic.start_timeout_s) for the "
+        "rest, then starting with at least 1; each node of the role needs {CPU: 2}"
+    ]
+
+
+def test_nodes_placed_at_once_are_not_announced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlu_prime.scheduler.node_groups import NodeGroups
+
+    spec = spec_from_dict(spec_of("1:2", 2))
+    groups = NodeGroups(spec, plan_placement(spec), group=lambda name: name)
+    monkeypatch.setattr(groups, "placed", lambda role, nodes: [0, 1])
+    said: list[str] = []
+    groups.on_wait = said.append
+    assert groups.wait_start() == ({"trainer": [0, 1]}, None)
+    assert said == []

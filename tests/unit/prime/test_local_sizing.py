@@ -57,3 +57,15 @@ def test_missing_gpus_are_still_refused(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(machine, "_gpu_bound", lambda env, root: 0.0)
     with pytest.raises(SpecError, match="GPU"):
         preflight.check_local(spec, str(Path.cwd()), sized_for(spec, {}))
+
+
+@pytest.mark.usefixtures("two_cores")
+def test_a_min_max_role_is_sized_for_its_max_nodes() -> None:
+    """--nnodes=1:2 on this machine: Ray gets the CPUs of both nodes, so the second is placed
+    at once instead of after elastic.start_timeout_s (issue 28, item 16)."""
+    command = ["torchrun", "--nnodes=1:2", "--nproc-per-node=2", "examples/elastic/allreduce.py"]
+    spec = from_torchrun_cmd(command, name="t", device_type="CPU")
+    at_min = preflight.job_demand(spec).total["CPU"]
+    at_max = preflight.job_demand(spec, at_max=True).total["CPU"]
+    assert at_max > at_min and at_max > 2
+    assert sized_for(spec, {}) == {"num_cpus": int(at_max)}
