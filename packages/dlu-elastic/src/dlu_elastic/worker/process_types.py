@@ -44,9 +44,9 @@ class ProcessSpec:
 
     `entrypoint`: 'module:function', 'module.function', 'script.py args...', '-m module args...',
     or a whole torchrun command (only its script part is used: DLU does the rendezvous).
-    `env`: torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
-    NODE_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
-    TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID) and anything else; set over the environment
+    `env`: torchrun's variables (see torchrun_env.py: RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK,
+    GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, TORCHELASTIC_RESTART_COUNT,
+    TORCHELASTIC_ERROR_FILE, ...) and anything else; set over the environment
     the actor had when the launcher warmed up. DLU_JOB, DLU_ROLE, DLU_ACTOR and DLU_CONFIG_JSON
     feed `current_worker()`.
     `workdir`: the directory the process runs in and imports from; None: the caller's cwd at
