@@ -129,3 +129,38 @@ def test_the_error_file_record_wrote_is_the_stop_reason(ray_session: Any, tmp_pa
     path = reason.split("(from the rank's error file ", 1)[1].split(")", 1)[0]
     written = json.loads(Path(path).read_text())  # torch's own format, as @record wrote it
     assert written["message"]["message"] == "RuntimeError: injected crash of rank 1"
+
+
+def test_a_replaced_rank_reads_the_restart_count_of_its_round(ray_session: Any, tmp_path: Path) -> None:
+    """Rank 1's actor is killed while it trains; Ray replaces it. Every rank of the new round,
+    the replacement included, reads one restart count, in one process group."""
+    import os
+    import signal
+    import time
+
+    import ray
+
+    from dlu_prime import launcher
+    from dlu_prime.naming import NAMESPACE
+
+    env = {"OUT_DIR": str(tmp_path), "HOLD_FIRST_S": "120"}
+    spec = dlu_job("parity-replace", f"torchrun --nnodes=2 --nproc-per-node=1 {SCRIPT}", env)
+    launcher.submit_job(spec, str(HERE))
+    deadline = time.monotonic() + 120
+    while len(envs(tmp_path, 0)) < 2:
+        assert time.monotonic() < deadline, "the first round never trained"
+        time.sleep(0.2)
+    victim = ray.get_actor("parity-replace.trainer.1", namespace=NAMESPACE)
+    os.kill(int(ray.get(victim.status.remote(), timeout=30)["pid"]), signal.SIGKILL)
+    status = launcher.wait_job(spec)
+    assert status.exit_code == 0, status.reason
+    rounds: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in tmp_path.glob("env-r*-a*.json"):
+        count = path.stem.split("-a")[1]
+        rounds.setdefault(count, {})[int(path.name.split("-")[1][1:])] = json.loads(path.read_text())
+    last = max(rounds, key=int)
+    assert int(last) > 0 and sorted(rounds[last]) == [0, 1], sorted((c, sorted(r)) for c, r in rounds.items())
+    assert {r["env"]["TORCHELASTIC_RESTART_COUNT"] for r in rounds[last].values()} == {last}
+    assert [(r["world"], r["sum"]) for r in rounds[last].values()] == [(2, 3.0)] * 2  # one group
+    actors = {a.name: a for a in status.roles[0].actors}
+    assert actors["parity-replace.trainer.1"].restart_count == 1  # it was replaced, by Ray

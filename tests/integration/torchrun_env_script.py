@@ -3,7 +3,8 @@
 Each rank writes its whole environment and the process group's view to
 $OUT_DIR/env-r<RANK>-a<TORCHELASTIC_RESTART_COUNT>.json, after an allreduce. With CRASH_ONCE
 set, rank CRASH_RANK (default 1) raises once, through torch's `@record`, so its error file is
-written; a marker file in OUT_DIR makes it crash only once.
+written; a marker file in OUT_DIR makes it crash only once. With HOLD_FIRST_S, the first
+round's ranks wait that long (at most) after writing, for the test to kill one's actor.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main() -> None:
     if os.environ.get("CRASH_ONCE") and rank == os.environ.get("CRASH_RANK", "1") and not marker.exists():
         marker.write_text(rank)
         raise RuntimeError(f"injected crash of rank {rank}")
+    if attempt == "0":
+        time.sleep(float(os.environ.get("HOLD_FIRST_S", "0")))  # killed meanwhile, when a test wants
     time.sleep(float(os.environ.get("HOLD_S", "0")))  # a restarted rank stays up a while
     dist.barrier()
     dist.destroy_process_group()
