@@ -42,6 +42,7 @@ def test_min_max_nodes_run_on_every_node_that_fits_and_names_differ(box: Box, tm
     # the embedded Ray is sized for MAX: both nodes train, in one world
     worlds = {json.loads(p.read_text())["env"]["GROUP_WORLD_SIZE"] for p in first.glob("env-r*-a0.json")}
     assert worlds == {"2"}, text
+    assert "waiting_for_nodes" not in text  # both fit at once: nothing waited for
     assert sorted(p.name for p in first.glob("env-r*-a0.json")) == ["env-r0-a0.json", "env-r1-a0.json"]
     # DLU's differences from torchrun, said at start
     assert "DLU restarts failed ranks up to 10 times (torchrun's default is 0)" in text

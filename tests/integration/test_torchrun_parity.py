@@ -164,3 +164,5 @@ def test_a_replaced_rank_reads_the_restart_count_of_its_round(ray_session: Any, 
     assert [(r["world"], r["sum"]) for r in rounds[last].values()] == [(2, 3.0)] * 2  # one group
     actors = {a.name: a for a in status.roles[0].actors}
     assert actors["parity-replace.trainer.1"].restart_count == 1  # it was replaced, by Ray
+    found = recoveries(status.events)
+    assert found and all(r.recovered for r in found), [(e.kind, e.message) for e in status.events]
