@@ -166,3 +166,14 @@ def test_a_replaced_rank_reads_the_restart_count_of_its_round(ray_session: Any, 
     assert actors["parity-replace.trainer.1"].restart_count == 1  # it was replaced, by Ray
     found = recoveries(status.events)
     assert found and all(r.recovered for r in found), [(e.kind, e.message) for e in status.events]
+
+
+def test_an_error_file_is_read_after_an_exit_without_a_traceback(ray_session: Any, tmp_path: Path) -> None:
+    """The rank writes its error file and leaves by os._exit(3): no Python failure to catch, yet
+    the stop reason says what the file says."""
+    env = {"OUT_DIR": str(tmp_path), "CRASH_ONCE": "1", "CRASH_HARD": "1"}
+    status = run(dlu_job("parity-hard-exit", f"torchrun --nnodes=2 --max-restarts=0 {SCRIPT}", env))
+    assert status.exit_code == 1
+    reason = status.reason or ""
+    assert "exited with code 3" in reason and "(from the rank's error file " in reason, reason
+    assert "RuntimeError: hard crash of rank 1" in reason, reason

@@ -3,7 +3,7 @@
 Each rank writes its whole environment and the process group's view to
 $OUT_DIR/env-r<RANK>-a<TORCHELASTIC_RESTART_COUNT>.json, after an allreduce. With CRASH_ONCE
 set, rank CRASH_RANK (default 1) raises once, through torch's `@record`, so its error file is
-written; a marker file in OUT_DIR makes it crash only once. With HOLD_FIRST_S, the first
+written (with CRASH_HARD it writes the file itself and leaves by `os._exit(3)`); a marker file in OUT_DIR makes it crash only once. With HOLD_FIRST_S, the first
 round's ranks wait that long (at most) after writing, for the test to kill one's actor.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 
 @record
@@ -32,6 +32,9 @@ def main() -> None:
     marker = out / "crashed"
     if os.environ.get("CRASH_ONCE") and rank == os.environ.get("CRASH_RANK", "1") and not marker.exists():
         marker.write_text(rank)
+        if os.environ.get("CRASH_HARD"):  # the error file written by hand, then no Python exit
+            ErrorHandler().record_exception(RuntimeError(f"hard crash of rank {rank}"))
+            os._exit(3)
         raise RuntimeError(f"injected crash of rank {rank}")
     if attempt == "0":
         time.sleep(float(os.environ.get("HOLD_FIRST_S", "0")))  # killed meanwhile, when a test wants

@@ -19,6 +19,7 @@ from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import HealthSettings
 from dlu_elastic.rendezvous.client import ElasticClient, HeldBeat, RendezvousError
 from dlu_elastic.rendezvous.round_watch import RECHECK_S
+from dlu_elastic.worker import error_file
 from dlu_elastic.worker.finished import AfterSuccess, after_success
 from dlu_elastic.worker.process import EventKind, TrainingProcess
 from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
@@ -60,6 +61,16 @@ MASTER_GONE_PATIENCE_S = 30.0
 
 def master_lookup_interval(world_size: int) -> float:
     return max(MASTER_LOOKUP_INTERVAL_S, world_size / HEARTBEAT_CALLS_PER_S)
+
+
+def _written_error(process: TrainingProcess, code: int) -> str:
+    """Why a process that sent no FAILURE (it exited by `os._exit` or a signal) failed: what it
+    wrote to its torchrun error file, if anything, else its exit code."""
+    path = process.spec.env.get(error_file.ENV)
+    written = error_file.read_error(path)
+    if written is None:
+        return f"training process exited with code {code}"
+    return f"training process exited with code {code}\n(from the rank's error file {path})\n{written}"
 
 
 def _world_size(process: TrainingProcess) -> int:
@@ -276,7 +287,7 @@ class ElasticAgentLoop(WorkerActor):
         killed once reported. The process may still be in its teardown (its FAILURE event came
         first): the next round's process is forked only once it has exited (`_train` in
         actor.py), so a GPU's memory is free by then."""
-        error = hung or process.last_failure or f"training process exited with code {code}"
+        error = hung or process.last_failure or _written_error(process, code)
         try:
             if self._master_gone_at is not None and self._master_moved():
                 return None  # it failed as its peers left for the new master's round: join it too
