@@ -20,6 +20,7 @@ def env_of(round_: int, rank: int, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     state = pb.RendezvousState(round=round_, world_size=6, rank_offset=rank, master_addr="h", master_port=7)
     return torchrun_env(
         state,
+        restarts=restart_count(state),
         local_rank=rank % 2,
         local_world_size=2,
         node_rank=rank // 2,
@@ -47,12 +48,18 @@ def test_the_round_gives_the_restart_count_and_the_group_sizes(monkeypatch: pyte
     assert restart_count(pb.RendezvousState()) == 0  # an unset round never goes negative
 
 
+def test_the_count_never_goes_back_when_a_new_elastic_master_numbers_rounds_from_1() -> None:
+    assert restart_count(pb.RendezvousState(round=4), previous=1) == 3  # rounds skipped: counted
+    assert restart_count(pb.RendezvousState(round=1), previous=3) == 4  # a replaced master's round 1
+    assert restart_count(pb.RendezvousState(round=2), previous=4) == 5
+
+
 def test_what_the_launching_environment_chose_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     state = pb.RendezvousState(round=1, world_size=2, rank_offset=0)
     env = torchrun_env(
-        state, local_rank=0, local_world_size=2, node_rank=0, role="r", run_id="x", max_restarts=0
+        state, restarts=0, local_rank=0, local_world_size=2, node_rank=0, role="r", run_id="x", max_restarts=0
     )
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3" and "OMP_NUM_THREADS" not in env
 

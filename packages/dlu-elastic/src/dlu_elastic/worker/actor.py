@@ -35,7 +35,7 @@ from dlu_elastic.worker.agent_loop import (
     heartbeat_interval,
 )
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
-from dlu_elastic.worker.torchrun_env import torchrun_env
+from dlu_elastic.worker.torchrun_env import restart_count, torchrun_env
 from dlu_prime.master.state import ActorStage
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
 from dlu_prime.worker.rank_logs import RankOutput, log_root, redirect_this_process
@@ -116,6 +116,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self._store: TrainingProcess | None = None
         self._retired_store: TrainingProcess | None = None  # the last round's: see _retire_store
         self.rounds = 0
+        self._restart_count: int | None = None  # TORCHELASTIC_RESTART_COUNT of its last round
         self._script_beats = False  # a process of this rank has beaten: the next ones must too
         self.stage = ActorStage.READY
         return self.identity()
@@ -331,8 +332,10 @@ class ElasticWorkerActor(ElasticAgentLoop):
 
     def _process_spec(self, state: pb.RendezvousState, agent_store: bool = True) -> ProcessSpec:
         info = self.info
+        self._restart_count = restart_count(state, self._restart_count)
         env = torchrun_env(
             state,
+            restarts=self._restart_count,
             local_rank=info.local_rank,
             local_world_size=info.local_world_size,
             node_rank=info.node_rank,

@@ -13,11 +13,16 @@ import os
 from dlu.elastic.v1 import elastic_pb2 as pb
 
 
-def restart_count(state: pb.RendezvousState) -> int:
+def restart_count(state: pb.RendezvousState, previous: int | None = None) -> int:
     """Rounds of the role before this one (rounds are numbered from 1): the same on every rank of
     a round, a replaced rank's new process included, as torchrun's count is the same on every
-    worker of its group."""
-    return max(0, int(state.round) - 1)
+    worker of its group. `previous`: the count this agent's last round had, if it had one. A
+    replaced ElasticMaster numbers its rounds from 1 again; the count never goes back for it
+    (every agent that trained before counts on from its last round, so they stay equal)."""
+    count = max(0, int(state.round) - 1)
+    if previous is not None and count <= previous:
+        count = previous + 1
+    return count
 
 
 def torchrun_env(
@@ -29,8 +34,10 @@ def torchrun_env(
     role: str,
     run_id: str,
     max_restarts: int,
+    restarts: int,
 ) -> dict[str, str]:
-    """torchrun's worker variables for the rank at `state.rank_offset` of this round."""
+    """torchrun's worker variables for the rank at `state.rank_offset` of this round, its
+    `restarts` the round's `restart_count`."""
     world = int(state.world_size)
     groups = max(1, world // max(1, local_world_size))  # nodes of the round: torchrun's agents
     env = {
@@ -46,7 +53,7 @@ def torchrun_env(
         "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": state.master_addr,
         "MASTER_PORT": str(state.master_port),
-        "TORCHELASTIC_RESTART_COUNT": str(restart_count(state)),
+        "TORCHELASTIC_RESTART_COUNT": str(restarts),
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_RUN_ID": run_id,
         # torchrun's default, unless the launching environment chose
