@@ -138,24 +138,37 @@ def test_waits_names_the_channel_nobody_writes_and_its_waiting_roles() -> None:
         "trainer rank 0 wait(s) on channel 'batches': nothing new put (3 so far)",
         "tokenizer ranks 0,1 wait(s) on channel 'raw': nobody has written to it",
     ]
-    message = describe(state, observe(state), channels, 61.2, 60.0)
+    message = describe(found, 61.2, 60.0)
     assert message.startswith("no progress for 61s (health.stall_timeout_s 60): ")
     assert "not a failure" in message
 
 
 def test_waits_names_ranks_that_never_reported_full_channels_and_unstarted_actors() -> None:
     state = pipeline_state()
-    state.actors["pipeline.tokenizer.1"].stage = ActorStage.READY
     seen = observe(state)
-    seen["pipeline.tokenizer.1"] = ActorObservation(stage=ActorStage.READY)
+    seen["pipeline.tokenizer.1"] = running(step=4)
     seen["pipeline.trainer.0"] = running(step=7)
     channels = {"out": ChannelView("out", put=16, queued=16, waiting_puts=1, getters=())}
     assert waits(state, seen, channels) == [
         "1 writer(s) wait on channel 'out': full (16 queued), nobody reads it",
-        "tokenizer: 1 actor(s) still READY",
         "tokenizer rank 0 never reported a step (heartbeat(step) reports progress)",
+        "tokenizer rank 1 at step 4",
         "trainer rank 0 at step 7",
     ]
+    state.actors["pipeline.tokenizer.1"].stage = ActorStage.READY
+    seen["pipeline.tokenizer.1"] = ActorObservation(stage=ActorStage.READY)
+    assert waits(state, seen, {})[0] == "tokenizer: 1 actor(s) still READY"
+
+
+def test_a_role_that_never_reports_steps_is_no_finding() -> None:
+    """An unmodified torchrun script never calls `heartbeat`: its silence says nothing about
+    progress, so it is not named (and, alone, is no stall). A silent rank is named only where a
+    peer of its role reports steps."""
+    state = pipeline_state()
+    assert waits(state, observe(state), {}) == []
+    seen = observe(state)
+    seen["pipeline.trainer.0"] = running(step=3)
+    assert waits(state, seen, {}) == ["trainer rank 0 at step 3"]
 
 
 def test_channel_view_reads_a_watch_answer() -> None:
@@ -193,6 +206,8 @@ def test_a_job_where_nothing_moves_is_reported_once_then_resumed_never_failed(
     sched.tick = 10.0
 
     def script(s: FakeScheduler) -> None:
+        if s.polls == 1:  # rank 0 reports step 3 and stands there; rank 1 never reports
+            s.set(s.names_of("trainer")[0], {"step": 3, "steps_reported": True})
         if s.polls >= 20:  # 190 s without a step, then a step every pass, then done
             s.set("*", {"step": s.polls, "steps_reported": True})
         if s.polls == 25:
@@ -205,7 +220,8 @@ def test_a_job_where_nothing_moves_is_reported_once_then_resumed_never_failed(
     assert kinds(manager.state).count("stalled") == 1
     assert kinds(manager.state).count("progress_resumed") == 1
     stalled = next(e for e in manager.state.events if e.kind == "stalled")
-    assert "trainer ranks 0,1 never reported a step" in stalled.message
+    assert "trainer rank 1 never reported a step" in stalled.message, stalled.message
+    assert "trainer rank 0 at step 3" in stalled.message, stalled.message
     assert manager.state.first_failure is None  # a notice, not a failure
     assert manager.state.global_restart_count == 0 and manager.state.job_restart_count == 0
 
@@ -224,3 +240,21 @@ def test_soak_a_progressing_job_never_stalls(make_manager: ManagerFactory, fake_
     manager.run()
     assert manager.state.exit_code == EXIT_OK
     assert "stalled" not in kinds(manager.state)
+
+
+def test_soak_a_script_that_never_reports_steps_is_never_reported(
+    make_manager: ManagerFactory, fake_clock: FakeClock
+) -> None:
+    """An unmodified torchrun script (no `heartbeat`): 200 passes, 10 s apart, with a 15 s
+    stall timeout, every rank RUNNING at step 0: nothing can be named, so nothing is said."""
+    manager, sched = make_manager(health={"stall_timeout_s": 15})
+    sched.tick = 10.0
+
+    def finish(s: FakeScheduler) -> None:
+        if s.polls == 200:
+            s.set("trainer", ActorStage.FINISH)
+
+    sched.on("poll", finish)
+    manager.run()
+    assert manager.state.exit_code == EXIT_OK
+    assert "stalled" not in kinds(manager.state) and "progress_resumed" not in kinds(manager.state)

@@ -148,7 +148,10 @@ def waits(
     state: JobState, observations: Mapping[str, ActorObservation], channels: Mapping[str, ChannelView]
 ) -> list[str]:
     """What waits on what, one phrase each: empty channels with readers waiting, full ones with
-    writers waiting, ranks not running, ranks that never reported a step or whose step stands."""
+    writers waiting, ranks not running, ranks whose step stands, and ranks that never reported a
+    step where a peer of their role did. A role none of whose ranks ever reports a step (an
+    unmodified torchrun script never calls `heartbeat`) says nothing about its progress, so its
+    silence is no finding: an empty list means there is nothing to name, and nothing is said."""
     out: list[str] = []
     waiting: set[str] = set()
     for _, view in sorted(channels.items()):
@@ -162,6 +165,7 @@ def waits(
                 "nobody reads it"
             )
     silent: dict[str, list[int]] = {}
+    reporting: set[str] = set()
     standing: dict[tuple[str, int], list[int]] = {}
     pending: dict[tuple[str, str], int] = {}
     for name, record in state.actors.items():
@@ -178,24 +182,21 @@ def waits(
             if not seen.steps_reported and seen.step == 0:
                 silent.setdefault(record.role, []).append(record.rank)
             else:
+                reporting.add(record.role)
                 standing.setdefault((record.role, seen.step), []).append(record.rank)
     for (role, stage), count in sorted(pending.items()):
         out.append(f"{role}: {count} actor(s) still {stage}")
     for role, ranks in sorted(silent.items()):
+        if role not in reporting:
+            continue
         out.append(f"{role} {_ranks(ranks)} never reported a step (heartbeat(step) reports progress)")
     for (role, step), ranks in sorted(standing.items()):
         out.append(f"{role} {_ranks(ranks)} at step {step}")
     return out
 
 
-def describe(
-    state: JobState,
-    observations: Mapping[str, ActorObservation],
-    channels: Mapping[str, ChannelView],
-    idle_s: float,
-    timeout: float,
-) -> str:
-    found = waits(state, observations, channels) or ["no actor reports anything"]
+def describe(found: list[str], idle_s: float, timeout: float) -> str:
+    """The notice for a stall whose findings (`waits`) are `found`."""
     return (
         f"no progress for {idle_s:.0f}s (health.stall_timeout_s {timeout:g}): "
         + "; ".join(found)

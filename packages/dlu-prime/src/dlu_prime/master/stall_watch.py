@@ -19,6 +19,7 @@ from dlu_prime.master.stall import (
     judge,
     latest_move,
     progress_marks,
+    waits,
 )
 from dlu_prime.scheduler.base import ActorObservation
 
@@ -69,12 +70,14 @@ class StallWatch:
         self.memory = StallMemory()
         self.channels: dict[str, ChannelView] = {}
         self._polled_at: float | None = None
+        self._announced = False  # the stall judged now was named in a "stalled" event
 
     def check(self, manager: PrimeManager, observations: Mapping[str, ActorObservation], now: float) -> None:
         state = manager.state
         timeout = state.spec.health.stall_timeout_s
         if timeout is None or state.stage is not JobStage.RUNNING:
             self.memory = StallMemory()
+            self._announced = False
             return
         every = min(CHANNEL_POLL_S, timeout / 4)
         # Due to be reported: the channels are asked now, so a stall is never named from an old view.
@@ -90,8 +93,15 @@ class StallWatch:
         moved_at = latest_move(state, live.steps, live.beats)
         self.memory, verdict = judge(self.memory, marks, moved_at, now, timeout, busy)
         if verdict is True:
-            message = describe(state, observations, self.channels, now - self.memory.since, timeout)
-            logger.warning("job %s: %s", state.job, message)
-            manager.apply(Note(STALLED, message))
+            # Nothing to name (only roles that never report steps): no notice, and none of its
+            # end. A change of marks (a reader arriving at a channel, a stage) judges it again.
+            found = waits(state, observations, self.channels)
+            self._announced = bool(found)
+            if found:
+                message = describe(found, now - self.memory.since, timeout)
+                logger.warning("job %s: %s", state.job, message)
+                manager.apply(Note(STALLED, message))
         elif verdict is False:
-            manager.apply(Note(RESUMED, "progress resumed"))
+            if self._announced:
+                manager.apply(Note(RESUMED, "progress resumed"))
+            self._announced = False
