@@ -67,7 +67,11 @@ def resumed_state(spec: JobSpec, old: JobState) -> JobState:
     for name, record in old.roles.items():
         if name in state.roles:
             state.roles[name].restart_count = record.restart_count
+    # The timeline continues: its numbering too (a reader that asks for the events after N
+    # must never see a resumed run's events reuse the numbers of the stored run's).
     state.events = list(old.events)
+    state.event_seq = old.event_seq
+    state.first_failure = old.first_failure
     return state
 
 
