@@ -21,6 +21,7 @@ from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus
 from dlu_prime import preflight as checks
 from dlu_prime.master.actor import PrimeMaster
 from dlu_prime.master.lost import close_lost_job
+from dlu_prime.master.schema import SchemaVersionError, refuse_newer
 from dlu_prime.master.state import MAX_EVENTS, JobState
 from dlu_prime.naming import NAMESPACE, master_name
 from dlu_prime.scheduler.cleanup import remove_job_resources
@@ -95,6 +96,8 @@ def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) 
     preflight(spec, workdir)
     if resume:
         _check_resumable(spec)
+    else:
+        _check_replaceable(spec)
     old = get_master(spec.name)
     if old is not None:
         try:
@@ -120,12 +123,31 @@ def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) 
     return master
 
 
+def _check_replaceable(spec: JobSpec) -> None:
+    """Refuse, before creating anything, to run over the state a newer dlu-prime stored under this
+    name (the PrimeMaster checks again). A store that cannot be read now is left to it."""
+    try:
+        stored = create_state_store(spec.state_store.name, spec.state_store.options).get(spec.name)
+    except StateStoreError as exc:
+        logger.warning("job %s: could not read its stored state before the run: %s", spec.name, exc)
+        return
+    if stored is None:
+        return
+    try:
+        refuse_newer(spec.name, stored.data)
+    except SchemaVersionError as exc:
+        raise SpecError([Problem("name", str(exc), "choose another job name, or upgrade dlu-prime")]) from exc
+
+
 def _check_resumable(spec: JobSpec) -> None:
     """Say why a resume cannot work before creating anything (the PrimeMaster checks again)."""
     from dlu_prime.master.manager import resume_problem
 
     stored = create_state_store(spec.state_store.name, spec.state_store.options).get(spec.name)
-    problem = resume_problem(spec, JobState.loads(stored.data) if stored is not None else None)
+    try:
+        problem = resume_problem(spec, JobState.loads(stored.data) if stored is not None else None)
+    except SchemaVersionError as exc:
+        raise SpecError([Problem("name", str(exc), "resume the job with the dlu-prime that ran it")]) from exc
     if problem is not None:
         fix = (
             f"set name to a job stored in state_store {spec.state_store.name!r}, or point state_store "

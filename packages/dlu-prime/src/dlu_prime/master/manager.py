@@ -50,6 +50,7 @@ from dlu_prime.master.monitor import Assessment, Failure
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.recovery import SUB_MASTER_FAILOVER_TIMEOUT_S, FailoverRunner
 from dlu_prime.master.registry import Registry
+from dlu_prime.master.schema import refuse_newer
 from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.setup_checks import SetupChecks
 from dlu_prime.master.stages import StageDriver
@@ -115,8 +116,14 @@ class PrimeManager:
         extension: Extension | None = None,
     ) -> PrimeManager:
         """A new run of the job. Any stored state of an earlier run with this name is replaced,
-        so a resubmitted job never picks up a finished job's results."""
+        so a resubmitted job never picks up a finished job's results.
+
+        Raises:
+            SchemaVersionError: the stored state was written by a newer dlu-prime (not replaced).
+        """
         existing = store.get(spec.name)
+        if existing is not None:
+            refuse_newer(spec.name, existing.data)
         manager = cls(
             new_state(spec), scheduler, store, existing.token if existing else None, clock, extension
         )

@@ -24,6 +24,7 @@ History:
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -171,6 +172,29 @@ def upgrade(document: Document) -> Document:
     if start != SCHEMA_VERSION:
         logger.info("job state upgraded from schema version %d to %d", start, SCHEMA_VERSION)
     return document
+
+
+def refuse_newer(job: str, data: bytes) -> None:
+    """Refuse to replace a stored document a newer dlu-prime wrote (e.g. `dlu run` of the same name
+    by an older release): its state would be lost without a word, and the next upgrade's too.
+
+    A document that is not JSON, or names no version, is left to whoever replaces it.
+
+    Raises:
+        SchemaVersionError: the stored document's schema version is newer than `SCHEMA_VERSION`.
+    """
+    try:
+        found: Any = json.loads(data)
+    except ValueError:
+        return
+    version: Any = found.get("schema_version") if isinstance(found, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"job {job}: the stored state has schema version {version}, newer than this dlu-prime's "
+            f"{SCHEMA_VERSION}: a newer dlu-prime ran this job, and this one will not replace its "
+            "state. Run the job with that release, choose another job name, or delete the stored "
+            "state first if it is no longer wanted."
+        )
 
 
 def _readable() -> str:
