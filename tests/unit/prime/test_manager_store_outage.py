@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from dlu_api.status import JobStage
@@ -31,6 +32,15 @@ class OutageStore(MemoryStateStore):
         return super().get(job)
 
 
+def flush_until_saved(manager: PrimeManager, deadline_s: float = 20.0) -> None:
+    """Flush as the loop does (the probe wakes it when the store answers) until all is written."""
+    deadline = time.monotonic() + deadline_s
+    while manager.unsaved or manager.writer.dirty:
+        assert time.monotonic() < deadline, "the state was never written back"
+        manager.flush()
+        time.sleep(0.05)
+
+
 def test_job_runs_through_an_outage_and_the_latest_state_lands(
     make_spec: Any, fake_scheduler_factory: Any, fake_clock: Any
 ) -> None:
@@ -47,10 +57,32 @@ def test_job_runs_through_an_outage_and_the_latest_state_lands(
     assert stored is not None
     assert JobState.loads(stored.data).stage is JobStage.READY  # the store still has the old state
     store.down = False
-    manager.flush()
-    assert not manager.unsaved
+    flush_until_saved(manager)
     found = store.get(spec.name)
     assert found is not None
     latest = JobState.loads(found.data)
     assert latest.stage is JobStage.RUNNING
     assert latest.events[-1].message == manager.state.events[-1].message
+    kinds = [e.kind for e in latest.events]
+    assert kinds.count("state_store_unavailable") == 1 and kinds.count("state_store_restored") == 1
+    assert kinds.index("state_store_unavailable") < kinds.index("state_store_restored")
+
+
+def test_no_save_blocks_on_the_store_during_an_outage(
+    make_spec: Any, fake_scheduler_factory: Any, fake_clock: Any
+) -> None:
+    """Once a write found the store away, later saves do not try it (each try may block for the
+    store's retry budget) until the probe finds it back."""
+    spec = make_spec()
+    store = OutageStore()
+    manager = PrimeManager.create(spec, fake_scheduler_factory(spec), store, clock=fake_clock)
+    store.down = True
+    manager.record_event("note", "one")
+    refused = store.refused
+    for n in range(20):
+        manager.record_event("note", f"more {n}")
+    assert store.refused == refused == 1
+    assert [e.kind for e in manager.status().events].count("state_store_unavailable") == 1
+    store.down = False
+    flush_until_saved(manager)
+    assert store.refused == 1

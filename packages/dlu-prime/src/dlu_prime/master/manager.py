@@ -50,8 +50,8 @@ from dlu_prime.master.monitor import Assessment, Failure
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.recovery import SUB_MASTER_FAILOVER_TIMEOUT_S, FailoverRunner
 from dlu_prime.master.registry import Registry
-from dlu_prime.master.schema import refuse_newer
 from dlu_prime.master.resizer import ResizeRunner
+from dlu_prime.master.schema import refuse_newer
 from dlu_prime.master.setup_checks import SetupChecks
 from dlu_prime.master.stages import StageDriver
 from dlu_prime.master.state import JobState, Tier
@@ -93,7 +93,7 @@ class PrimeManager:
         self.clock = clock
         self.extension = extension
         self.lock = threading.RLock()
-        self.writer = StateWriter(store, token)
+        self.writer = StateWriter(store, token, self._record_unsaved, self.wake)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
         self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
         self.recovery = FailoverRunner(self, sub_master_timeout_s)
@@ -215,9 +215,15 @@ class PrimeManager:
             self.writer.save(self.state)
 
     def flush(self) -> None:
-        """Write the state if an earlier save could not reach the store."""
-        if self.writer.unsaved:
+        """Write the state if an earlier save could not reach the store (or recorded its return)."""
+        if self.writer.unsaved or self.writer.dirty:
             self.save()
+
+    def _record_unsaved(self, kind: str, message: str, duration_s: float | None) -> None:
+        """An event of the state writer itself (a store outage and its end): on the timeline at
+        once, so `dlu status` and the console show it; written with the next save."""
+        with self.lock:
+            self.state.record(kind, message, at=self.clock(), duration_s=duration_s)
 
     def transition(self, stage: JobStage, reason: str = "", exit_code: int | None = None) -> None:
         """The only place the job's stage changes: check, then apply (saved before anyone acts)."""

@@ -27,7 +27,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def refuse_newer(job: str, data: bytes) -> None:
         found: Any = json.loads(data)
     except ValueError:
         return
-    version: Any = found.get("schema_version") if isinstance(found, dict) else None
+    version: Any = cast(Document, found).get("schema_version") if isinstance(found, dict) else None
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"job {job}: the stored state has schema version {version}, newer than this dlu-prime's "

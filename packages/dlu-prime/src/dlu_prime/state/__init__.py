@@ -3,6 +3,7 @@ by name (entry-point group `dlu.state_stores`)."""
 
 from dlu_prime.state.base import (
     ENTRY_POINT_GROUP,
+    Settled,
     StateConflictError,
     StateStore,
     StateStoreError,
@@ -11,6 +12,7 @@ from dlu_prime.state.base import (
     available_state_stores,
     create_state_store,
     describe_conflict,
+    settle,
     validate_data,
     validate_job,
     validate_token,
@@ -22,6 +24,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EmbeddedStateStore",
     "MemoryStateStore",
+    "Settled",
     "StateConflictError",
     "StateStore",
     "StateStoreError",
@@ -30,6 +33,7 @@ __all__ = [
     "available_state_stores",
     "create_state_store",
     "describe_conflict",
+    "settle",
     "validate_data",
     "validate_job",
     "validate_token",

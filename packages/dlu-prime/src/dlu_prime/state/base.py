@@ -98,6 +98,39 @@ def describe_conflict(expected: int | None, current: int | None) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Settled:
+    """Which way a put whose outcome was unknown went (see `settle`)."""
+
+    landed: bool
+    """The write is the current version: `token` is its token, the writer's to carry on with."""
+    token: int | None
+    """The job's current token, which the writer's next put expects."""
+
+
+def settle(store: StateStore, job: str, token: int | None, *written: bytes) -> Settled:
+    """Read back puts `put(job, data, token)` (one per `written` data) that raised
+    `StateStoreUnavailableError`; at most one of them can have landed, all expecting `token`.
+
+    A write may have landed, or may still land (a hung server executes it when it resumes).
+    The document itself identifies the write: the version after `token` holding exactly the
+    data written is this writer's. Nothing newer, and the writer's next put (expecting `token`)
+    is safe: if a late write lands first, `settle` again finds it; if after, its
+    compare-and-set fails.
+
+    Raises:
+        StateConflictError: another writer wrote since `token` (the caller is fenced).
+        StateStoreUnavailableError: still unreachable; the outcome stays unknown.
+    """
+    found = store.get(job)
+    current = found.token if found is not None else None
+    if found is not None and found.token == (1 if token is None else token + 1) and found.data in written:
+        return Settled(True, found.token)
+    if current == token:
+        return Settled(False, token)
+    raise StateConflictError(store.name, f"settle of job {job!r}", describe_conflict(token, current))
+
+
 class StateStore(ABC):
     """Versioned per-job documents with compare-and-set writes.
 
@@ -130,7 +163,7 @@ class StateStore(ABC):
             TypeError: `data` is not bytes.
             StateConflictError: the current token differs from `token` (the caller is fenced).
             StateStoreUnavailableError: the backend cannot be reached; the write may or may
-                not have happened, so re-read before retrying.
+                not have happened (or happen later), so `settle` it before the next write.
             StateStoreError: any other backend failure.
         """
 
