@@ -214,3 +214,54 @@ def test_finished_job_state_expires_after_the_retention_period(ray_session: Any,
     assert final.exit_code == 0, final.reason
     ttl = redis_server.client().ttl(f"dlu-test:job:{spec.name}")
     assert 0 < ttl <= 3600
+
+
+HANG_S = 6.0  # longer than redis_job's retry budget (2 attempts of 1 s each)
+
+
+def test_a_hung_store_executing_a_write_late_does_not_orphan_the_job(
+    ray_session: Any, redis_server: Any
+) -> None:
+    """Issue 27 defect 1: Redis SIGSTOPped longer than a write's retry budget while the write is
+    in flight, then SIGCONTed (it executes the write late). Before the settle rule the
+    PrimeMaster's next write lost to its own late write and it stopped acting as "fenced":
+    training ran on unmonitored and `dlu run` never ended."""
+    from dlu_prime import launcher
+
+    spec = redis_job("redis-hang", redis_server.url, steps=60)
+    launcher.submit_job(spec, str(HERE))
+    result: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: result.update(final=launcher.wait_job(spec)))
+    waiter.start()
+    wait_running(spec.name)
+    pid = redis_server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # a state change whose write hangs: the failover of a rank marked unhealthy
+        launcher.debug_job(spec.name, "mark_unhealthy", "w", 0)
+        deadline = time.monotonic() + 60
+        while not _has_event(spec.name, "state_store_unavailable"):
+            assert time.monotonic() < deadline, "the outage never showed in the job's status"
+            time.sleep(0.2)
+        time.sleep(HANG_S)  # more writes pile up behind the hung server meanwhile
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    waiter.join(180)
+    final = result["final"]
+    assert final.exit_code == 0, final.reason
+    kinds = [e.kind for e in final.events]
+    assert "state_store_unavailable" in kinds and "state_store_restored" in kinds, kinds
+    assert kinds.index("state_store_unavailable") < kinds.index("state_store_restored")
+    saved = stored(spec)
+    assert saved.stage is JobStage.STOPPED and saved.exit_code == 0
+    assert saved.master_restart_count == 0
+    assert [e.kind for e in saved.events].count("state_store_restored") == 1
+    assert [e.message for e in saved.events] == [e.message for e in final.events][-len(saved.events) :]
+
+
+def _has_event(job: str, kind: str) -> bool:
+    from dlu_prime import launcher
+
+    status = launcher.job_status(job, events=200)
+    return status is not None and any(e.kind == kind for e in status.events)
