@@ -67,15 +67,31 @@ def _matches(failure: JobEvent, done: JobEvent) -> bool:
     return failure.role is None or done.role is None or failure.role == done.role
 
 
+FAILOVER_STARTS = frozenset({"failover_started", "failover_escalated"})
+FAILOVER_ENDS = frozenset({"failover_done", "failover_failed", "recovered"})
+"""Events that open and end a failover (every failover of the job ends with one of the latter)."""
+
+
 def recoveries(events: Iterable[JobEvent]) -> list[Recovery]:
-    """Every failure of the timeline paired with its recovery, in timeline order."""
+    """Every failure of the timeline paired with its recovery, in timeline order.
+
+    While a failover is open, the actors it replaces (`actors_restarted`) are one of its steps,
+    not a recovery of their own: its `failover_done` completes it (else one fault showed as two
+    recoveries, the second `failover_done -> failover_done`)."""
     open_failures: list[JobEvent] = []
+    failovers: list[JobEvent] = []  # failover_started events not yet ended
     found: list[Recovery] = []
     for event in events:
+        if event.kind in FAILOVER_ENDS:
+            failovers = [f for f in failovers if not _matches(f, event)]
+        elif event.kind in FAILOVER_STARTS:
+            failovers.append(event)
         if event.kind in FAILURE_KINDS:
             open_failures.append(event)
             continue
         if event.kind not in RECOVERED_KINDS:
+            continue
+        if event.kind == "actors_restarted" and any(_matches(f, event) for f in failovers):
             continue
         closed = [f for f in open_failures if _matches(f, event)]
         duration = _field(event, "duration_s")

@@ -44,6 +44,9 @@ class RoleStatus(BaseModel):
     kind: str
     restart_count: int = 0
     inplace_restart_count: int = 0
+    sub_master_restart_count: int = Field(
+        default=0, description="Restarts of the role's SubMaster (tier sub_master), apart from its workers'."
+    )
     size: int = Field(default=0, description="Actors the role has now (after any `dlu scale`).")
     resize_count: int = 0
     nodes: int | None = Field(default=None, description="An elastic role's nodes now.")

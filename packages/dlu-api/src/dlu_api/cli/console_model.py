@@ -95,6 +95,7 @@ def restarts_by_tier(status: JobStatus) -> tuple[tuple[str, int], ...]:
     tiers = (
         ("in place", sum(r.inplace_restart_count for r in status.roles)),
         ("role", sum(r.restart_count for r in status.roles)),
+        ("SubMaster", sum(r.sub_master_restart_count for r in status.roles)),
         ("global", status.global_restart_count),
         ("job", status.job_restart_count),
         ("node", status.node_restart_count),

@@ -23,6 +23,8 @@ def role_line(role: RoleStatus, with_step: bool = False) -> str:
     restarts = f", {role.restart_count} restart(s)" if role.restart_count else ""
     if role.inplace_restart_count:
         restarts += f", {role.inplace_restart_count} in-place restart(s)"
+    if role.sub_master_restart_count:
+        restarts += f", {role.sub_master_restart_count} SubMaster restart(s)"
     steps = [a.step for a in workers if a.step is not None]
     step = f", step {max(steps)}" if with_step and steps else ""
     size = f"size {role.size}, " if role.size else ""

@@ -266,6 +266,7 @@ class JobState(BaseModel):
                     kind=spec_role.kind.value,
                     restart_count=record.restart_count if record else 0,
                     inplace_restart_count=record.inplace_restart_count if record else 0,
+                    sub_master_restart_count=record.sub_master_restart_count if record else 0,
                     size=role_size(self, spec_role.name),
                     resize_count=record.resize_count if record else 0,
                     actors=sorted(actors, key=lambda a: a.rank),
