@@ -4,6 +4,8 @@ job through its owner, `dlu status` shows the new size, refusals exit 2 naming t
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,3 +68,48 @@ def test_dlu_scale_of_a_local_job_run_by_another_process(box: Box, tmp_path: Pat
 
     assert box.dlu("stop", name).returncode == 0
     wait_until(lambda: box.stage(name) == "STOPPED", "STOPPED", None)
+
+
+def test_status_shows_a_resize_while_it_runs(box: Box, tmp_path: Path) -> None:
+    """Issue 27 defect 6: `dlu status` of a local job omitted `resize_started` until the resize
+    ended (its `dlu run` answered the `dlu scale` on the loop that writes the job's status)."""
+    name = "scale-slow"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "device_type": "CPU",
+                "device_per_node": 0,
+                "health": {"monitor_interval_s": 0.2},
+                "roles": [
+                    {
+                        "name": "workers",
+                        "entrypoint": "slow_setup_workload:forever",
+                        "total": 1,
+                        "max_total": 2,
+                        "resources": {"cpu": 0.05},
+                        "env": {"SLOW_SETUP_S": "8"},
+                    }
+                ],
+            }
+        )
+    )
+    owner = box.start(spec)
+    wait_until(lambda: sizes(box, name).get("workers") == 1, "1 worker running", owner)
+    scaled: dict[str, subprocess.CompletedProcess[str]] = {}
+    scaler = threading.Thread(target=lambda: scaled.update(done=box.dlu("scale", name, "workers", "2")))
+    scaler.start()
+    wait_until(lambda: "resize_started" in kinds(box, name) or not scaler.is_alive(), "the resize", owner)
+    assert scaler.is_alive(), "the resize_started event showed only once the resize had ended"
+    assert "resize_done" not in kinds(box, name)
+    scaler.join(120)
+    assert scaled["done"].returncode == 0, scaled["done"].stdout + scaled["done"].stderr
+    wait_until(lambda: "resize_done" in kinds(box, name), "resize_done", owner)
+    assert box.dlu("stop", name).returncode == 0
+    wait_until(lambda: box.stage(name) == "STOPPED", "STOPPED", None)
+
+
+def kinds(box: Box, name: str) -> list[str]:
+    record = box.record(name)
+    return [e["kind"] for e in record["status"]["events"]] if record else []

@@ -190,22 +190,44 @@ class JobFiles:
             f"local job {name!r} did not answer in {timeout_s:.0f}s; is its `dlu run` running?"
         )
 
-    def serve(self, name: str, handle: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """Answer every waiting request (called by the process running the job)."""
+    def serve(
+        self,
+        name: str,
+        handle: Callable[[dict[str, Any]], dict[str, Any]],
+        run: Callable[[Callable[[], None]], object] | None = None,
+    ) -> None:
+        """Answer every waiting request (called by the process running the job).
+
+        With `run` (e.g. an executor's `submit`), each request is answered there: a `dlu scale`
+        waits for its resize, and the caller's loop (which keeps the job's status file fresh,
+        so `dlu status` shows the resize while it runs) must not wait with it. A request is
+        claimed first (renamed), so a later call never takes it twice."""
         box = self._mailbox(name)
         if not box.is_dir():
             return
         for request in sorted(box.glob("*.request.json")):
             key = request.name.split(".")[0]
+            taken = box / f"{key}.taken.json"
             try:
-                body: dict[str, Any] = json.loads(request.read_text(encoding="utf-8"))
-                answer = handle(body)
-            except Exception as exc:
-                answer = {"error": f"{type(exc).__name__}: {exc}"}
-            request.unlink(missing_ok=True)
-            tmp = box / f"{key}.answer.tmp"
-            tmp.write_text(json.dumps(answer), encoding="utf-8")
-            tmp.replace(box / f"{key}.answer.json")
+                request.replace(taken)
+            except FileNotFoundError:
+                continue  # withdrawn by its asker (timed out)
+
+            def answer_it(key: str = key, taken: Path = taken) -> None:
+                try:
+                    body: dict[str, Any] = json.loads(taken.read_text(encoding="utf-8"))
+                    answer = handle(body)
+                except Exception as exc:
+                    answer = {"error": f"{type(exc).__name__}: {exc}"}
+                taken.unlink(missing_ok=True)
+                tmp = box / f"{key}.answer.tmp"
+                tmp.write_text(json.dumps(answer), encoding="utf-8")
+                tmp.replace(box / f"{key}.answer.json")
+
+            if run is None:
+                answer_it()
+            else:
+                run(answer_it)
 
     def names(self) -> list[str]:
         if not self.root.is_dir():

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dlu_api.client.base import JobClient, StatusCallback
@@ -117,7 +118,12 @@ class LocalJobClient(JobClient):
             if on_update is not None:
                 on_update(status)
 
-        final = launcher.wait_job(spec, record, on_poll=lambda: self.files.serve(name, _answer_debug(name)))
+        # Requests from other terminals are answered off this loop: a `dlu scale` waits for its
+        # resize, and meanwhile the loop keeps the job's status file (`dlu status`) fresh.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"dlu-requests-{name}") as pool:
+            final = launcher.wait_job(
+                spec, record, on_poll=lambda: self.files.serve(name, _answer_debug(name), pool.submit)
+            )
         self._finish(final)
         return final
 
