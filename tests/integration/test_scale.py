@@ -174,6 +174,49 @@ def test_prime_master_killed_during_a_resize_finishes_it_once(ray_session: Any) 
     stop_and_check_clean(spec)
 
 
+def test_dlu_scale_survives_its_prime_master_killed_and_reports_the_real_outcome(ray_session: Any) -> None:
+    """Issue 27 defect 5: `dlu scale` failed with ActorUnavailableError ("may or may not have
+    been executed") while the rebuilt PrimeMaster completed the saved resize. The request now
+    carries an id: it is asked again of the rebuilt PrimeMaster, which answers with what the
+    resize came to instead of running it twice."""
+    import threading
+
+    import ray
+
+    from dlu_prime import launcher
+    from dlu_prime.naming import NAMESPACE, master_name
+
+    spec = scale_spec("scale-kill-cli", SCALE_SLOW_FROM="2", SCALE_SLOW_S="4")
+    job = spec.name
+    launcher.submit_job(spec, HERE)
+    wait_until("running", lambda: running(job, "workers", 2))
+    master = ray.get_actor(master_name(job), namespace=NAMESPACE)
+    master_pid = int(ray.get(master.ping.remote(), timeout=30)["pid"])
+    answer: dict[str, Any] = {}
+
+    def scale() -> None:
+        try:
+            answer["result"] = launcher.scale_job(job, "workers", 4)
+        except Exception as exc:
+            answer["error"] = f"{type(exc).__name__}: {exc}"
+
+    caller = threading.Thread(target=scale)
+    caller.start()
+    wait_until("resize saved", lambda: bool(events(status_of(job), "resize_started")))
+    os.kill(master_pid, signal.SIGKILL)
+    caller.join(180)
+    assert "error" not in answer, answer.get("error")
+    result = answer["result"]
+    assert (result["old_size"], result["new_size"], result["done"], result["failed"]) == (2, 4, True, False)
+    assert "resize 2 -> 4 (dlu scale) done" in result["message"]
+    status = status_of(job)
+    assert status is not None and status.master_restart_count == 1
+    assert len(events(status, "resize_started")) == 1 and len(events(status, "resize_done")) == 1
+    workers = next(r for r in status.roles if r.name == "workers")
+    assert (workers.size, workers.resize_count) == (4, 1)
+    stop_and_check_clean(spec)
+
+
 def test_an_added_actor_that_dies_is_replaced_in_its_own_placement_group(ray_session: Any) -> None:
     from dlu_prime import launcher
 

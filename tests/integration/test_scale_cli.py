@@ -85,11 +85,11 @@ def test_status_shows_a_resize_while_it_runs(box: Box, tmp_path: Path) -> None:
                 "roles": [
                     {
                         "name": "workers",
-                        "entrypoint": "slow_setup_workload:forever",
+                        "entrypoint": "scale_workloads:forever",
                         "total": 1,
                         "max_total": 2,
                         "resources": {"cpu": 0.05},
-                        "env": {"SLOW_SETUP_S": "8"},
+                        "env": {"SCALE_SLOW_FROM": "1", "SCALE_SLOW_S": "8"},
                     }
                 ],
             }

@@ -12,7 +12,15 @@ from dlu_prime.master.changes import FailoverBegan, apply_change
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.manager import PrimeManager
 from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ScaleError, plan_resize, resizing
-from dlu_prime.master.state import ActorStage, JobState, Tier, role_size
+from dlu_prime.master.state import (
+    MAX_REQUESTS,
+    ActorStage,
+    JobState,
+    RequestOutcome,
+    ResizeRecord,
+    Tier,
+    role_size,
+)
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
 
@@ -204,6 +212,35 @@ def test_a_restarted_prime_master_finishes_a_saved_resize_once() -> None:
     assert state.roles["workers"].resize_count == 1
     assert [e.kind for e in state.events].count("resize_done") == 1
     assert sim.added == [W(2), W(3)]  # each created once
+
+
+def test_a_request_id_is_found_in_flight_and_then_answered_from_its_outcome() -> None:
+    """Issue 27 defect 5: a `dlu scale` retried after its PrimeMaster died carries the same
+    request id; the rebuilt PrimeMaster finds it (in flight, then done), never runs it again."""
+    store = MemoryStateStore()
+    manager, sim, _ = started(store)
+    manager.resizer.request("workers", 4, request_id="r-1")  # saved; this PrimeMaster dies
+    recovered = PrimeManager.self_recover(manager.state.spec, sim, store, clock=manager.clock)
+    assert recovered is not None
+    in_flight = recovered.resizer.known("r-1")
+    assert isinstance(in_flight, ResizeRecord) and (in_flight.old_size, in_flight.new_size) == (2, 4)
+    assert recovered.resizer.known("r-other") is None
+    recovered.resizer.resume()
+    outcome = recovered.resizer.known("r-1")
+    assert isinstance(outcome, RequestOutcome) and not outcome.failed
+    assert outcome.message.startswith("resize 2 -> 4 (dlu scale) done")
+    stored = store.get(manager.state.job)
+    assert stored is not None and JobState.loads(stored.data).requests["r-1"] == outcome
+    assert recovered.state.roles["workers"].resize_count == 1 and sim.added == [W(2), W(3)]
+
+
+def test_request_outcomes_are_bounded() -> None:
+    manager, _, _ = started(MemoryStateStore())
+    for n in range(MAX_REQUESTS + 5):
+        manager.resizer.request("workers", 3 if n % 2 == 0 else 2, request_id=f"r-{n}")
+        manager.resizer.resume()
+    kept = manager.state.requests
+    assert len(kept) == MAX_REQUESTS and "r-0" not in kept and f"r-{MAX_REQUESTS + 4}" in kept
 
 
 def test_a_surplus_actor_is_never_judged_while_it_is_stopped() -> None:

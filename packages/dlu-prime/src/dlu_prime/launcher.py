@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -289,6 +290,9 @@ def debug_job(
     return result
 
 
+MASTER_REBUILD_S = 60.0
+"""How long a mutating request waits for a PrimeMaster that died to be rebuilt by Ray."""
+
 SCALE_WAIT_S = 45.0
 """How long `dlu scale` waits for the resize to end (it goes on after; `dlu status` shows it):
 below the 60 s a local job's owner process and a remote probe are given to answer."""
@@ -301,15 +305,33 @@ def scale_job(job: str, role: str, size: int, wait_s: float = SCALE_WAIT_S) -> d
         LookupError: the job has no running PrimeMaster.
         ValueError: refused (unknown role, size out of bounds, not resizable, ...); nothing changed.
     """
-    master = get_master(job)
-    if master is None:
-        raise LookupError(f"job {job!r} is not running (no PrimeMaster): only a running job can be scaled")
-    try:
-        result: dict[str, Any] = ray.get(master.scale.remote(role, size, wait_s), timeout=wait_s + 30)
-    except RayTaskError as exc:
-        cause = exc.cause if exc.cause is not None else exc
-        raise ValueError(str(cause)) from None
-    return result
+    request_id = uuid.uuid4().hex
+    deadline = time.monotonic() + wait_s + MASTER_REBUILD_S
+    while True:
+        master = get_master(job)
+        if master is None:
+            raise LookupError(
+                f"job {job!r} is not running (no PrimeMaster): only a running job can be scaled"
+            )
+        try:
+            result: dict[str, Any] = ray.get(
+                master.scale.remote(role, size, wait_s, request_id), timeout=wait_s + 30
+            )
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise ValueError(str(cause)) from None
+        except RayActorError as exc:
+            # The PrimeMaster died with the request in flight (it may or may not have been
+            # taken): Ray rebuilds it, and the same request id is answered with its real
+            # outcome there, never run twice.
+            if time.monotonic() >= deadline:
+                raise LookupError(
+                    f"job {job!r}: its PrimeMaster did not come back to answer `dlu scale` ({_first_line(exc)})"
+                ) from None
+            logger.info("job %s: PrimeMaster gone during dlu scale (%s); asking again", job, _first_line(exc))
+            time.sleep(0.5)
+            continue
+        return result
 
 
 def stop_job(job: str, reason: str = "stopped by user request") -> bool:
@@ -317,16 +339,27 @@ def stop_job(job: str, reason: str = "stopped by user request") -> bool:
 
     Returns whether a PrimeMaster was found.
     """
-    master = get_master(job)
-    if master is None:
-        remove_job_resources(job, include_master=True)
-        return False
-    try:
-        ray.get(master.stop.remote(reason), timeout=30)
-    except (RayError, GetTimeoutError):
-        remove_job_resources(job, include_master=True)
-        return False
-    return True
+    deadline = time.monotonic() + MASTER_REBUILD_S
+    while True:
+        master = get_master(job)
+        if master is None:
+            remove_job_resources(job, include_master=True)
+            return False
+        try:
+            ray.get(master.stop.remote(reason), timeout=30)
+        except RayActorError as exc:
+            if time.monotonic() < deadline:  # being rebuilt: a stop is safe to ask again
+                logger.info(
+                    "job %s: PrimeMaster gone during dlu stop (%s); asking again", job, _first_line(exc)
+                )
+                time.sleep(0.5)
+                continue
+            remove_job_resources(job, include_master=True)
+            return False
+        except (RayError, GetTimeoutError):
+            remove_job_resources(job, include_master=True)
+            return False
+        return True
 
 
 def run_job(

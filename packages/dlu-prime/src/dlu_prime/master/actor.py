@@ -21,7 +21,7 @@ from dlu_prime.extension import Extension, ExtensionError, load_extension
 from dlu_prime.master.failover import InPlaceDecision
 from dlu_prime.master.manager import FencedError, PrimeManager
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.state import role_finished
+from dlu_prime.master.state import RequestOutcome, role_finished
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 from dlu_prime.state.base import StateStore, create_state_store
 from dlu_prime.worker.actor import was_reconstructed
@@ -101,26 +101,41 @@ class PrimeMaster:
     def stop(self, reason: str = "stopped by user request") -> None:
         self.manager.request_stop(reason)
 
-    def scale(self, role: str, size: int, wait_s: float = 45.0) -> dict[str, Any]:
+    def scale(
+        self, role: str, size: int, wait_s: float = 45.0, request_id: str | None = None
+    ) -> dict[str, Any]:
         """`dlu scale`: saved in flight at once (refused with a ValueError naming the fix), then
-        run by the manager's loop; waits up to `wait_s` for it to end."""
-        plan = self.manager.resizer.request(role, size)
-        if plan.old_size == plan.new_size:
-            return {
-                "role": role,
-                "old_size": size,
-                "new_size": size,
-                "done": True,
-                "failed": False,
-                "message": f"already {size} {'node' if plan.nodes is not None else 'actor'}(s); nothing to do",
-            }
-        done = self.manager.resizer.wait(wait_s)
+        run by the manager's loop; waits up to `wait_s` for it to end. A `request_id` seen before
+        (a retry after this PrimeMaster was rebuilt) is answered from what the request came to,
+        never run twice."""
+        resizer = self.manager.resizer
+        seen = resizer.known(request_id) if request_id else None
+        if isinstance(seen, RequestOutcome):
+            return _scale_answer(seen.role, seen.old_size, seen.new_size, True, seen)
+        if seen is not None:
+            old_size, new_size = seen.old_size, seen.new_size
+        else:
+            plan = resizer.request(role, size, request_id=request_id)
+            if plan.old_size == plan.new_size:
+                return {
+                    "role": role,
+                    "old_size": size,
+                    "new_size": size,
+                    "done": True,
+                    "failed": False,
+                    "message": f"already {size} {'node' if plan.nodes is not None else 'actor'}(s); nothing to do",
+                }
+            old_size, new_size = plan.old_size, plan.new_size
+        done = resizer.wait(wait_s)
+        outcome = resizer.known(request_id) if request_id else None
+        if isinstance(outcome, RequestOutcome):
+            return _scale_answer(role, old_size, new_size, done, outcome)
         ended = [e for e in self.manager.state.events if e.role == role and e.kind.startswith("resize_")]
         last = ended[-1] if ended else None
         return {
             "role": role,
-            "old_size": plan.old_size,
-            "new_size": plan.new_size,
+            "old_size": old_size,
+            "new_size": new_size,
             "done": done,
             "message": last.message if last else "",
             "failed": bool(last and last.kind == "resize_failed"),
@@ -201,3 +216,16 @@ class PrimeMaster:
         queue = ShardQueue.create(self.spec.name, name, **options)
         self.manager.registry.register_channel(name, "shards", shard_queue_name(self.spec.name, name))
         return queue
+
+
+def _scale_answer(
+    role: str, old_size: int, new_size: int, done: bool, outcome: RequestOutcome
+) -> dict[str, Any]:
+    return {
+        "role": role,
+        "old_size": old_size,
+        "new_size": new_size,
+        "done": done,
+        "failed": outcome.failed,
+        "message": outcome.message,
+    }

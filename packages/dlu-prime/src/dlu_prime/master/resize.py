@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState, ResizeRecord, role_size
+from dlu_prime.master.state import (
+    MAX_REQUESTS,
+    SUB_MASTER_RANK,
+    ActorRecord,
+    ActorStage,
+    JobState,
+    RequestOutcome,
+    ResizeRecord,
+    role_size,
+)
 from dlu_prime.naming import actor_name
 
 EventSpec = tuple[str, str, float | None]
@@ -48,6 +57,7 @@ class ResizeBegan:
     plan: ResizePlan
     cause: str = "dlu scale"
     forgiven: int = 0  # in-place restarts of the role that were this node loss's effect: uncounted
+    request_id: str | None = None  # the `dlu scale` request that asked for it (idempotent retries)
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,7 @@ def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[Event
         added=[name for name, _ in plan.added],
         removed=list(plan.removed),
         nodes=plan.nodes,
+        request_id=change.request_id,
     )
     role = state.roles[plan.role]
     role.resize_count += 1
@@ -247,14 +258,28 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
         if ids
     ]
     if change.error is None:
-        return [*handed_back, ("resize_done", f"{what} done in {took:.2f}s", took)]
-    size = role_size(state, record.role)
-    if record.nodes is not None:
-        size = size // state.spec.role(record.role).per_group
-    return [
-        *handed_back,
-        ("resize_failed", f"{what} failed after {took:.2f}s, role left at {size}: {change.error}", took),
-    ]
+        ended: EventSpec = ("resize_done", f"{what} done in {took:.2f}s", took)
+    else:
+        size = role_size(state, record.role)
+        if record.nodes is not None:
+            size = size // state.spec.role(record.role).per_group
+        ended = (
+            "resize_failed",
+            f"{what} failed after {took:.2f}s, role left at {size}: {change.error}",
+            took,
+        )
+    if record.request_id is not None:
+        remember(state, record.request_id, record, change.error is not None, ended[1])
+    return [*handed_back, ended]
+
+
+def remember(state: JobState, request_id: str, record: ResizeRecord, failed: bool, message: str) -> None:
+    """Keep a request's outcome by its id (the oldest beyond MAX_REQUESTS go)."""
+    state.requests[request_id] = RequestOutcome(
+        role=record.role, old_size=record.old_size, new_size=record.new_size, failed=failed, message=message
+    )
+    for old in list(state.requests)[: max(0, len(state.requests) - MAX_REQUESTS)]:
+        del state.requests[old]
 
 
 def resizing(state: JobState) -> set[str]:

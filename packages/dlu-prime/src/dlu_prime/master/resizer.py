@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 from dlu_prime.master.changes import ActorsPlaced
 from dlu_prime.master.lifecycle import FencedError, start_targets
 from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, TargetSet, plan_resize
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, role_size
+from dlu_prime.master.state import (
+    SUB_MASTER_RANK,
+    ActorStage,
+    JobState,
+    RequestOutcome,
+    ResizeRecord,
+    role_size,
+)
 
 if TYPE_CHECKING:
     from dlu_prime.master.manager import PrimeManager
@@ -39,9 +46,12 @@ class ResizeRunner:
         self._manager = manager
         self._done = threading.Condition()
 
-    def request(self, role: str, size: int, cause: str = "dlu scale") -> ResizePlan:
+    def request(
+        self, role: str, size: int, cause: str = "dlu scale", request_id: str | None = None
+    ) -> ResizePlan:
         """Judge and save a resize in flight, then wake the loop that runs it. The size the role
-        has already: nothing saved or counted (a retried `dlu scale` is harmless).
+        has already: nothing saved or counted (a retried `dlu scale` is harmless). `request_id`
+        is saved with the resize, so a retry of the request finds it (`known`).
 
         Raises:
             ScaleError: refused (the message names the value and the fix); nothing changed.
@@ -53,7 +63,7 @@ class ResizeRunner:
                 if plan.nodes is not None and cause == "dlu scale":
                     m.apply(TargetSet(role, plan.nodes))
                 return plan
-            m.apply(ResizeBegan(plan, cause))
+            m.apply(ResizeBegan(plan, cause, request_id=request_id))
             if plan.nodes is not None:
                 m.wake()
                 return plan
@@ -61,6 +71,16 @@ class ResizeRunner:
             m.scheduler.know(role, [rank for _, rank in plan.added], plan.new_size)
         m.wake()
         return plan
+
+    def known(self, request_id: str) -> RequestOutcome | ResizeRecord | None:
+        """A request seen before: its outcome, or its resize still in flight; None if new."""
+        state = self._manager.state
+        with self._manager.lock:
+            if request_id in state.requests:
+                return state.requests[request_id]
+            if state.resize is not None and state.resize.request_id == request_id:
+                return state.resize
+        return None
 
     def wait(self, timeout_s: float) -> bool:
         """Whether no resize is in flight, waiting up to `timeout_s` for the current one."""

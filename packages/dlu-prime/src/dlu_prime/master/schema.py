@@ -133,6 +133,10 @@ def migrate_3_to_4(document: Document) -> Document:
     # same): written out, so that every field of the current shape is there after a migration.
     for role in _records(out, "roles"):
         _fill(role, {"target_nodes": None, "last_resize_at": None})
+    _fill(out, {"requests": {}})
+    resize: Any = out.get("resize")
+    if isinstance(resize, dict):
+        _fill(resize, {"request_id": None})  # pyright: ignore[reportUnknownArgumentType]
     out["schema_version"] = 4
     return out
 

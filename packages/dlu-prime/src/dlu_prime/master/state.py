@@ -139,6 +139,26 @@ class ResizeRecord(BaseModel):
     added: list[str] = Field(default_factory=list[str])
     removed: list[str] = Field(default_factory=list[str])
     nodes: int | None = None
+    request_id: str | None = Field(
+        default=None, description="The `dlu scale` request that began it (its retries find it by this id)."
+    )
+
+
+class RequestOutcome(BaseModel):
+    """What a mutating CLI request (`dlu scale`) came to, kept by its request id, so a request
+    retried after its PrimeMaster died is answered with the real outcome instead of run again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str
+    old_size: int
+    new_size: int
+    failed: bool
+    message: str
+
+
+MAX_REQUESTS = 32
+"""Request outcomes kept (the oldest go first): a retry comes within seconds of its request."""
 
 
 class ChannelRecord(BaseModel):
@@ -182,6 +202,10 @@ class JobState(BaseModel):
     events: list[JobEvent] = Field(default_factory=list[JobEvent])
     event_seq: int = Field(
         default=0, description="The position of the last event recorded (events are 1, 2, ...)."
+    )
+    requests: dict[str, RequestOutcome] = Field(
+        default_factory=dict[str, RequestOutcome],
+        description="Outcomes of the last MAX_REQUESTS requests that carried an id, by id (idempotent retries).",
     )
     first_failure: JobEvent | None = Field(
         default=None, description="The job's first failure: its root cause, kept past MAX_EVENTS."
