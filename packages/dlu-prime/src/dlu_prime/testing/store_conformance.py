@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "install dlu-prime[testing] (or pytest) in the environment that runs the store's tests"
     ) from exc
 
-from dlu_prime.state import StateConflictError, StateStore, Versioned
+from dlu_prime.state import Settled, StateConflictError, StateStore, Versioned, settle
 
 __all__ = ["BAD_JOB_NAMES", "RACE_ROUNDS", "StateStoreConformance"]
 
@@ -90,6 +90,32 @@ class StateStoreConformance:
             store.put("job", b"v", 1)
         assert store.get("job") is None
         assert store.list_jobs() == []
+
+    # The settle rule: a put that raised StateStoreUnavailableError is read back (`settle`)
+    # before the next write. It relies on the contract above: a version holds exactly the bytes
+    # written, and a late write with an older token never lands over a newer version.
+    def test_settle_finds_a_write_that_landed(self, store: StateStore) -> None:
+        first = store.put("job", b"v1", None)
+        second = store.put("job", b"v2", first)  # its reply "lost": the writer does not know
+        assert settle(store, "job", first, b"other attempt", b"v2") == Settled(True, second)
+
+    def test_settle_of_a_write_that_did_not_land_keeps_the_token(self, store: StateStore) -> None:
+        first = store.put("job", b"v1", None)
+        assert settle(store, "job", first, b"v2") == Settled(False, first)
+        assert settle(store, "new", None, b"v1") == Settled(False, None)
+
+    def test_settle_after_another_writer_conflicts(self, store: StateStore) -> None:
+        first = store.put("job", b"v1", None)
+        store.put("job", b"theirs", first)
+        with pytest.raises(StateConflictError, match="settle"):
+            settle(store, "job", first, b"mine")
+
+    def test_a_late_write_after_a_settled_one_never_lands(self, store: StateStore) -> None:
+        first = store.put("job", b"v1", None)
+        second = store.put("job", b"v2", first)  # written after settling "v1.5" as not landed
+        with pytest.raises(StateConflictError):
+            store.put("job", b"v1.5", first)  # the hung server executes the old write now
+        assert store.get("job") == Versioned(b"v2", second)
 
     def test_racing_writers_exactly_one_wins(self, store: StateStore) -> None:
         token = store.put("race", b"start", None)
