@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -86,3 +87,41 @@ def test_no_save_blocks_on_the_store_during_an_outage(
     store.down = False
     flush_until_saved(manager)
     assert store.refused == 1
+
+
+class HangingStore(MemoryStateStore):
+    """A memory store whose puts hang while `free` is clear, like a SIGSTOPped server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.free = threading.Event()
+        self.free.set()
+        self.entered = threading.Event()
+
+    def put(self, job: str, data: bytes, token: int | None) -> int:
+        self.entered.set()
+        self.free.wait(30)
+        return super().put(job, data, token)
+
+
+def test_status_answers_while_a_write_hangs(
+    make_spec: Any, fake_scheduler_factory: Any, fake_clock: Any
+) -> None:
+    """Issue 27: a hung store stalled everything behind the manager's lock, `dlu status` too."""
+    spec = make_spec()
+    store = HangingStore()
+    manager = PrimeManager.create(spec, fake_scheduler_factory(spec), store, clock=fake_clock)
+    store.free.clear()
+    store.entered.clear()
+    writer = threading.Thread(target=manager.record_event, args=("note", "written into a hung store"))
+    writer.start()
+    assert store.entered.wait(10)
+    answers: list[Any] = []
+    reader = threading.Thread(target=lambda: answers.append(manager.status()))
+    reader.start()
+    reader.join(20)
+    hung_meanwhile = not store.free.is_set() and writer.is_alive()
+    store.free.set()
+    writer.join(20)
+    assert answers and hung_meanwhile, "status waited for the hung write"
+    assert answers[0].events[-1].message == "written into a hung store"

@@ -60,6 +60,9 @@ from dlu_prime.state.base import StateStore
 
 logger = logging.getLogger(__name__)
 
+STATUS_LOCK_WAIT_S = 0.5
+"""How long `status` waits for the lock before it looks whether its holder waits on the store."""
+
 Clock = Callable[[], float]
 ChangeHook = Callable[["PrimeManager", Change, list[JobEvent]], None]
 
@@ -266,11 +269,21 @@ class PrimeManager:
         self.apply(Note(kind, message, role, tier=Tier(tier) if tier else None, duration_s=duration_s))
 
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
-        """The persisted state plus the live training steps and metrics (kept in memory: not worth a write)."""
-        with self.lock:
+        """The persisted state plus the live training steps and metrics (kept in memory: not worth a write).
+
+        Never waits on a hung store: while the lock's holder is blocked in a state write (which
+        may take the store's whole retry budget), the state is read without the lock, since
+        nothing can change it meanwhile (every change holds the lock)."""
+        locked = self.lock.acquire(timeout=STATUS_LOCK_WAIT_S)
+        while not locked and not self.writer.writing:
+            locked = self.lock.acquire(timeout=STATUS_LOCK_WAIT_S)
+        try:
             status = self.state.to_status(events, events_after)
             steps = self.liveness.last_steps()
             metrics = self.liveness.last_metrics()
+        finally:
+            if locked:
+                self.lock.release()
         for role in status.roles:
             for actor in role.actors:
                 actor.step = steps.get(actor.name)

@@ -64,6 +64,7 @@ class StateWriter:
         self.token = token
         self.unsaved = False  # the last save could not reach the store
         self.dirty = False  # an event was recorded after the last write (it needs one more)
+        self.writing = False  # a put is under way (its caller holds the manager's lock)
         self._record = record
         self._wake = wake
         self._slow_write_s = slow_write_s
@@ -151,9 +152,11 @@ class StateWriter:
 
         watch = threading.Thread(target=warn, name="dlu-state-slow-write", daemon=True)
         watch.start()
+        self.writing = True
         try:
             return self.store.put(job, data, token)
         finally:
+            self.writing = False
             done.set()
 
     def _outage(self, state: JobState, data: bytes, exc: StateStoreUnavailableError) -> None:
