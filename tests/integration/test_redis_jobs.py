@@ -265,3 +265,23 @@ def _has_event(job: str, kind: str) -> bool:
 
     status = launcher.job_status(job, events=200)
     return status is not None and any(e.kind == kind for e in status.events)
+
+
+def test_a_calm_store_raises_no_outage(ray_session: Any, redis_server: Any) -> None:
+    """Soak of the writer's timers (slow-write warning 2 s, status lock wait 0.5 s, probe): a job
+    of many multiples of them with a healthy store records no outage and no restart."""
+    from dlu_prime import launcher
+
+    spec = redis_job("redis-calm", redis_server.url, steps=120)
+    launcher.submit_job(spec, str(HERE))
+    wait_running(spec.name)
+    polls = 0
+    while (current := launcher.job_status(spec.name)) is not None and current.stage is not JobStage.STOPPED:
+        polls += 1  # status calls all along, as a console makes them
+        time.sleep(0.1)
+    final = launcher.wait_job(spec)
+    assert final.exit_code == 0, final.reason
+    assert polls > 10
+    kinds = [e.kind for e in stored(spec).events]
+    assert not [k for k in kinds if k.startswith("state_store_")], kinds
+    assert final.master_restart_count == 0 and all(r.restart_count == 0 for r in final.roles)
