@@ -279,15 +279,30 @@ def debug_job(
         LookupError: the job has no PrimeMaster.
         ValueError: unknown role, rank or action.
     """
-    master = get_master(job)
-    if master is None:
-        raise LookupError(f"job {job!r} has no running PrimeMaster")
-    try:
-        result: dict[str, Any] = ray.get(master.debug.remote(action, role, rank, step), timeout=60)
-    except RayTaskError as exc:
-        cause = exc.cause if exc.cause is not None else exc
-        raise ValueError(str(cause)) from None
-    return result
+    request_id = uuid.uuid4().hex
+    deadline = time.monotonic() + MASTER_REBUILD_S
+    while True:
+        master = get_master(job)
+        if master is None:
+            raise LookupError(f"job {job!r} has no running PrimeMaster")
+        try:
+            result: dict[str, Any] = ray.get(
+                master.debug.remote(action, role, rank, step, request_id), timeout=60
+            )
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise ValueError(str(cause)) from None
+        except RayActorError as exc:
+            # Died with the request in flight: asked again of the rebuilt PrimeMaster with the
+            # same id (a mark it saved is not made twice; reads and set_step are repeatable).
+            if time.monotonic() >= deadline:
+                raise LookupError(
+                    f"job {job!r}: its PrimeMaster did not come back to answer `dlu debug` ({_first_line(exc)})"
+                ) from None
+            logger.info("job %s: PrimeMaster gone during dlu debug (%s); asking again", job, _first_line(exc))
+            time.sleep(0.5)
+            continue
+        return result
 
 
 MASTER_REBUILD_S = 60.0

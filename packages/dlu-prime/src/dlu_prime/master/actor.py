@@ -175,15 +175,21 @@ class PrimeMaster:
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(
-        self, action: str, role: str, rank: int | None = None, step: int | None = None
+        self,
+        action: str,
+        role: str,
+        rank: int | None = None,
+        step: int | None = None,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        """mark_unhealthy | get_step | set_step on a role's workers (or one rank)."""
+        """mark_unhealthy | get_step | set_step on a role's workers (or one rank). A
+        mark_unhealthy `request_id` seen before (a retry) is not marked again."""
         names = self.manager.debug.worker_names(role, rank)
         if action == "get_step":
             steps = self.manager.debug.steps()
             return {name: steps.get(name) for name in names}
         if action == "mark_unhealthy":
-            self.manager.debug.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)")
+            self.manager.debug.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)", request_id)
             return {name: "marked unhealthy" for name in names}
         if action == "set_step":
             if step is None:

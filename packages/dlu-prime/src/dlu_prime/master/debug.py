@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dlu_prime.master.monitor import Failure
-from dlu_prime.master.state import SUB_MASTER_RANK
+from dlu_prime.master.state import SUB_MASTER_RANK, RequestOutcome, remember_request
 
 if TYPE_CHECKING:
     from dlu_prime.master.manager import PrimeManager
@@ -37,11 +37,22 @@ class DebugTools:
             raise ValueError(f"role {role} has no rank {rank}")
         return names
 
-    def mark_unhealthy(self, names: list[str], message: str) -> None:
+    def mark_unhealthy(self, names: list[str], message: str, request_id: str | None = None) -> bool:
         """The health seed's mark-unhealthy endpoint: these actors count as having reported an
-        error, judged at the next monitoring pass (woken now)."""
+        error, judged at the next monitoring pass (woken now).
+
+        With `request_id`, at most once: the id is saved before the mark, so a request retried
+        after this PrimeMaster was rebuilt is not marked again. Returns whether it was marked now.
+        """
         manager = self._manager
         with manager.lock:
+            if request_id is not None:
+                if request_id in manager.state.requests:
+                    return False
+                role = manager.state.actors[names[0]].role if names else ""
+                outcome = RequestOutcome(action="mark_unhealthy", role=role, actors=names, message=message)
+                remember_request(manager.state, request_id, outcome)
+                manager.save()
             failures = [
                 Failure(
                     name,
@@ -53,6 +64,7 @@ class DebugTools:
                 for name in names
             ]
         manager.inject(failures)
+        return True
 
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""

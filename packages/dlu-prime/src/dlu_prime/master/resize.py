@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_prime.master.state import (
-    MAX_REQUESTS,
     SUB_MASTER_RANK,
     ActorRecord,
     ActorStage,
     JobState,
     RequestOutcome,
     ResizeRecord,
+    remember_request,
     role_size,
 )
 from dlu_prime.naming import actor_name
@@ -269,17 +269,15 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
             took,
         )
     if record.request_id is not None:
-        remember(state, record.request_id, record, change.error is not None, ended[1])
+        outcome = RequestOutcome(
+            role=record.role,
+            old_size=record.old_size,
+            new_size=record.new_size,
+            failed=change.error is not None,
+            message=ended[1],
+        )
+        remember_request(state, record.request_id, outcome)
     return [*handed_back, ended]
-
-
-def remember(state: JobState, request_id: str, record: ResizeRecord, failed: bool, message: str) -> None:
-    """Keep a request's outcome by its id (the oldest beyond MAX_REQUESTS go)."""
-    state.requests[request_id] = RequestOutcome(
-        role=record.role, old_size=record.old_size, new_size=record.new_size, failed=failed, message=message
-    )
-    for old in list(state.requests)[: max(0, len(state.requests) - MAX_REQUESTS)]:
-        del state.requests[old]
 
 
 def resizing(state: JobState) -> set[str]:

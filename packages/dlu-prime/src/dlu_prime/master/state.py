@@ -145,20 +145,30 @@ class ResizeRecord(BaseModel):
 
 
 class RequestOutcome(BaseModel):
-    """What a mutating CLI request (`dlu scale`) came to, kept by its request id, so a request
-    retried after its PrimeMaster died is answered with the real outcome instead of run again."""
+    """What a mutating CLI request (`dlu scale`, `dlu debug mark-unhealthy`) came to, kept by its
+    request id, so a request retried after its PrimeMaster died is answered with the real
+    outcome instead of run again."""
 
     model_config = ConfigDict(extra="forbid")
 
+    action: str = "scale"
     role: str
-    old_size: int
-    new_size: int
-    failed: bool
-    message: str
+    old_size: int = 0
+    new_size: int = 0
+    actors: list[str] = Field(default_factory=list[str])
+    failed: bool = False
+    message: str = ""
 
 
 MAX_REQUESTS = 32
 """Request outcomes kept (the oldest go first): a retry comes within seconds of its request."""
+
+
+def remember_request(state: JobState, request_id: str, outcome: RequestOutcome) -> None:
+    """Keep a request's outcome by its id (the oldest beyond MAX_REQUESTS go)."""
+    state.requests[request_id] = outcome
+    for old in list(state.requests)[: max(0, len(state.requests) - MAX_REQUESTS)]:
+        del state.requests[old]
 
 
 class ChannelRecord(BaseModel):
