@@ -185,6 +185,37 @@ def test_a_prime_master_restarted_mid_resize_finishes_it_once() -> None:
     assert [e.kind for e in recovered.state.events].count("resize_done") == 1
 
 
+class Died(BaseException):
+    """The PrimeMaster's process ends here (nothing after it runs)."""
+
+
+def test_a_prime_master_killed_after_the_node_check_does_not_check_again() -> None:
+    """Issue 27 defect 5: after a PrimeMaster died mid-resize, its successor ran the new node's
+    check a second time (logged twice)."""
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0}, resize_interval_s=0)
+    fake.placed = {0, 1}
+    manager.elastic.tick(clock())
+    original = fake.call
+
+    def dies_at_re_forming(name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        if method == "resize_members":
+            raise Died
+        return original(name, method, *args, timeout_s=timeout_s)
+
+    fake.call = dies_at_re_forming  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        manager.resizer.resume()
+    assert fake.checked == [[1]]
+    fake.call = original  # type: ignore[method-assign]
+    recovered = PrimeManager.self_recover(manager.state.spec, fake, store, clock=clock)
+    assert recovered is not None and recovered.state.resize is not None
+    fake.manager = recovered
+    recovered.resizer.resume()
+    assert fake.checked == [[1]] and fake.members == [([0, 1], [1])]
+    assert [e.kind for e in recovered.state.events].count("resize_done") == 1
+
+
 def test_dlu_scale_to_the_size_it_has_keeps_that_size() -> None:
     store, clock = RecordingStore(), FakeClock()
     manager, fake = running(store, clock, {0}, resize_interval_s=0)

@@ -243,9 +243,17 @@ class ElasticResizer:
                 )
                 m.apply(ActorsPlaced(nodes, ActorStage.READY, fresh=True))
         sub = sub_master_name(state.job, record.role)
-        if added_ranks:
+        unchecked = [r for r in added_ranks if r not in record.checked]
+        if unchecked:
             m.scheduler.call(
-                sub, "check_nodes", added_ranks, timeout_s=spec.elastic.node_check.timeout_s * 3 + 60
+                sub, "check_nodes", unchecked, timeout_s=spec.elastic.node_check.timeout_s * 3 + 60
+            )
+            with m.lock:  # saved: a PrimeMaster rebuilt from here on does not check them again
+                record.checked = sorted({*record.checked, *unchecked})
+                m.save()
+        elif added_ranks:
+            logger.info(
+                "job %s: the new node(s) of role %s passed their check already", state.job, record.role
             )
         leaving_names = set(record.removed)
         ranks = sorted(

@@ -136,7 +136,7 @@ def migrate_3_to_4(document: Document) -> Document:
     _fill(out, {"requests": {}})
     resize: Any = out.get("resize")
     if isinstance(resize, dict):
-        _fill(resize, {"request_id": None})  # pyright: ignore[reportUnknownArgumentType]
+        _fill(resize, {"request_id": None, "checked": []})  # pyright: ignore[reportUnknownArgumentType]
     out["schema_version"] = 4
     return out
 

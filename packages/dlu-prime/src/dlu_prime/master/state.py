@@ -142,6 +142,10 @@ class ResizeRecord(BaseModel):
     request_id: str | None = Field(
         default=None, description="The `dlu scale` request that began it (its retries find it by this id)."
     )
+    checked: list[int] = Field(
+        default_factory=list[int],
+        description="Added ranks whose node check passed: a PrimeMaster rebuilt half way does not check them again.",
+    )
 
 
 class RequestOutcome(BaseModel):
