@@ -6,6 +6,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from dlu_api.status import JobStage
 from dlu_prime.master.manager import PrimeManager
 from dlu_prime.master.state import JobState
@@ -104,13 +106,15 @@ class HangingStore(MemoryStateStore):
         return super().put(job, data, token)
 
 
-def test_status_answers_while_a_write_hangs(
-    make_spec: Any, fake_scheduler_factory: Any, fake_clock: Any
+def test_status_answers_while_a_write_hangs_and_the_log_says_so(
+    make_spec: Any, fake_scheduler_factory: Any, fake_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 27: a hung store stalled everything behind the manager's lock, `dlu status` too."""
+    """Issue 27: a hung store stalled everything behind the manager's lock, `dlu status` too,
+    without a word."""
     spec = make_spec()
     store = HangingStore()
     manager = PrimeManager.create(spec, fake_scheduler_factory(spec), store, clock=fake_clock)
+    manager.writer.slow_write_s = 0.2
     store.free.clear()
     store.entered.clear()
     writer = threading.Thread(target=manager.record_event, args=("note", "written into a hung store"))
@@ -120,8 +124,12 @@ def test_status_answers_while_a_write_hangs(
     reader = threading.Thread(target=lambda: answers.append(manager.status()))
     reader.start()
     reader.join(20)
+    deadline = time.monotonic() + 20
+    while "has not answered a write" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
     hung_meanwhile = not store.free.is_set() and writer.is_alive()
     store.free.set()
     writer.join(20)
     assert answers and hung_meanwhile, "status waited for the hung write"
     assert answers[0].events[-1].message == "written into a hung store"
+    assert f"job {spec.name}: the state store has not answered a write" in caplog.text

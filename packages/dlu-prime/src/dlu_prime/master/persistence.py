@@ -13,6 +13,7 @@ waits for it and wakes the loop. The outage and its end are events on the timeli
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -51,6 +52,56 @@ class _Unknown:
     written: tuple[bytes, ...]
 
 
+class SlowWriteWatch:
+    """Warns once about each state write that has not answered after its threshold: one daemon
+    thread per process, started with the first write, looks every `period_s` (a thread per write
+    would cost more than the write on a fast store)."""
+
+    def __init__(self, period_s: float = 0.5) -> None:
+        self._period_s = period_s
+        self._lock = threading.Lock()
+        self._writes: dict[int, tuple[str, float, float]] = {}  # key -> job, start, threshold
+        self._warned: set[int] = set()
+        self._keys = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def begin(self, job: str, threshold_s: float) -> int:
+        with self._lock:
+            key = next(self._keys)
+            self._writes[key] = (job, time.monotonic(), threshold_s)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="dlu-state-slow-writes", daemon=True)
+                self._thread.start()
+        return key
+
+    def end(self, key: int) -> None:
+        with self._lock:
+            self._writes.pop(key, None)
+            self._warned.discard(key)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._period_s)
+            now = time.monotonic()
+            with self._lock:
+                slow = [
+                    (key, job, now - started)
+                    for key, (job, started, threshold) in self._writes.items()
+                    if now - started >= threshold and key not in self._warned
+                ]
+                self._warned.update(key for key, _, _ in slow)
+            for _, job, waited in slow:
+                logger.warning(
+                    "job %s: the state store has not answered a write for %.1fs; the job's state "
+                    "changes wait for it (up to the store's retry budget; `dlu status` still answers)",
+                    job,
+                    waited,
+                )
+
+
+SLOW_WRITES = SlowWriteWatch()
+
+
 class StateWriter:
     def __init__(
         self,
@@ -67,7 +118,7 @@ class StateWriter:
         self.writing = False  # a put is under way (its caller holds the manager's lock)
         self._record = record
         self._wake = wake
-        self._slow_write_s = slow_write_s
+        self.slow_write_s = slow_write_s
         self._unknown: _Unknown | None = None  # a write to settle before the next one
         self._outage_since: float | None = None
         self._reachable = threading.Event()  # set by the probe: the store answers again
@@ -137,27 +188,14 @@ class StateWriter:
         return settled.landed
 
     def _put(self, job: str, data: bytes, token: int | None) -> int:
-        """One put; a word in the log if it is slow, so no stall passes silently."""
-        done = threading.Event()
-        started = time.monotonic()
-
-        def warn() -> None:
-            if not done.wait(self._slow_write_s):
-                logger.warning(
-                    "job %s: the state store has not answered a write for %.1fs; the job's state "
-                    "changes wait for it (up to the store's retry budget)",
-                    job,
-                    time.monotonic() - started,
-                )
-
-        watch = threading.Thread(target=warn, name="dlu-state-slow-write", daemon=True)
-        watch.start()
+        """One put; a word in the log if it is slow (`SLOW_WRITES`), so no stall passes silently."""
+        key = SLOW_WRITES.begin(job, self.slow_write_s)
         self.writing = True
         try:
             return self.store.put(job, data, token)
         finally:
             self.writing = False
-            done.set()
+            SLOW_WRITES.end(key)
 
     def _outage(self, state: JobState, data: bytes, exc: StateStoreUnavailableError) -> None:
         if data:  # the put was sent (not only the read-back): it may land
