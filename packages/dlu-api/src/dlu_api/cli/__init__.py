@@ -167,8 +167,8 @@ def resume(
     workdir: WorkdirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Start a stored job again from its state store, e.g. on a new Ray cluster after the old one
-    was lost: a job-level restart that keeps the job's counters, budgets and timeline."""
+    """Start a stored job again from its state store (on a new Ray cluster after the old one was
+    lost, for one): a job-level restart that keeps the job's counters, budgets and timeline."""
     if not verbose:
         quiet_python_warnings()
     try:

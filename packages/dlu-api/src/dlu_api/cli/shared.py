@@ -14,6 +14,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help texts are plain text: rich markup would eat bracketed words such as `[role/rankN]`.
+    rich_markup_mode=None,
 )
 
 AddressOpt = Annotated[
