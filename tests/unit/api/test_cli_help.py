@@ -32,7 +32,10 @@ def _flat(text: str) -> str:
 
 def test_the_help_texts_have_bracketed_words_to_check() -> None:
     found = {
-        word for command in _commands().values() for t in _source_texts(command) for word in BRACKETED.findall(t)
+        word
+        for command in _commands().values()
+        for t in _source_texts(command)
+        for word in BRACKETED.findall(t)
     }
     assert {"[role/rankN]", "[role/rankN:err]", "[flags]"} <= found
 
