@@ -39,7 +39,13 @@ def _env(home: Path) -> dict[str, str]:
     }
 
 
-def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `dlu run ... &` in a non-interactive shell
+
+
+def _start(
+    tmp_path: Path, name: str, ignore_sigint: bool = False
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(SPEC.format(name=name))
     env = _env(tmp_path / "home")
@@ -50,6 +56,7 @@ def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], dict[str, 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_ignore_sigint if ignore_sigint else None,
     )
     job_file = tmp_path / "home" / "jobs" / f"{name}.json"
     deadline = time.monotonic() + 120
@@ -73,17 +80,31 @@ def _end(proc: subprocess.Popen[str]) -> None:
             proc.kill()
 
 
-def test_dlu_stop_from_another_process(tmp_path: Path) -> None:
-    proc, env = _start(tmp_path, "cli-stop")
+@pytest.mark.parametrize("ignore_sigint", [False, True], ids=["plain", "sigint-ignored"])
+def test_dlu_stop_from_another_process(tmp_path: Path, ignore_sigint: bool) -> None:
+    """Also when the `dlu run` ignores SIGINT (started in the background by a script): `dlu stop`
+    returns once the job has stopped, and says so."""
+    proc, env = _start(tmp_path, "cli-stop", ignore_sigint)
     try:
         _check_stop(proc, env)
+        again = subprocess.run([DLU, "stop", "cli-stop"], env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0, again.stderr
+        assert "job cli-stop is already stopped: STOPPED (exit code 130)" in again.stdout
+        logs = tmp_path / "home" / "logs" / "cli-stop"
+        assert logs.is_dir()
+        deleted = subprocess.run(
+            [DLU, "delete", "cli-stop"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert deleted.returncode == 0, deleted.stderr
+        assert not logs.exists()  # its rank logs went with its record
     finally:
         _end(proc)
 
 
 def _check_stop(proc: subprocess.Popen[str], env: dict[str, str]) -> None:
-    stopped = subprocess.run([DLU, "stop", "cli-stop"], env=env, capture_output=True, text=True, timeout=60)
-    assert stopped.returncode == 0, stopped.stderr
+    stopped = subprocess.run([DLU, "stop", "cli-stop"], env=env, capture_output=True, text=True, timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "job cli-stop stopped: STOPPED (exit code 130)" in stopped.stdout
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 130, out[-3000:]
     assert "stopped by user request" in out
@@ -93,7 +114,7 @@ def _check_stop(proc: subprocess.Popen[str], env: dict[str, str]) -> None:
     reported = json.loads(status.stdout)
     assert reported["stage"] == "STOPPED" and reported["exit_code"] == 130
     listed = subprocess.run([DLU, "list"], env=env, capture_output=True, text=True, timeout=60)
-    assert "cli-stop\tSTOPPED exit=130" in listed.stdout
+    assert ["cli-stop", "STOPPED", "130"] == listed.stdout.splitlines()[1].split()[:3]
 
 
 def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:

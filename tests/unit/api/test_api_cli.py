@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
 
     monkeypatch.delenv("DLU_ADDRESS", raising=False)
     monkeypatch.setattr(dlu_api.cli, "connect", connect)  # run, resume, submit
-    monkeypatch.setattr(dlu_api.cli.job_commands, "connect", connect)  # status, logs, stop, ...
+    monkeypatch.setattr(dlu_api.cli.job_commands, "connect_existing", connect)  # status, logs, stop, ...
     return client
 
 
@@ -477,12 +478,36 @@ def test_status_unknown_job(fake: FakeClient) -> None:
     assert "error: no job named 'ghost'" in result.output
 
 
-def test_stop(fake: FakeClient) -> None:
+def test_stop_waits_until_the_job_has_stopped(fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    running, stopped = fake.statuses[1], fake.statuses[-1]
+    seen = iter([running, running, running, stopped])  # before the stop, then while it stops
+    monkeypatch.setattr(fake, "status", lambda name: next(seen).model_copy(update={"name": name}))
+    monkeypatch.setattr(dlu_api.cli.job_commands, "_STOP_POLL_S", 0.0)
     result = runner.invoke(app, ["stop", "x", "-a", "http://head:8265"])
     assert result.exit_code == 0, result.output
     assert fake.calls == [("stop", "x")]
     assert fake.addresses == ["http://head:8265"]
-    assert "stop requested for x" in result.output
+    assert "stopping job x (was RUNNING)" in result.output
+    assert "job x stopped: STOPPED (exit code 0)" in result.output
+
+
+def test_stop_of_a_stopped_job_says_so_and_stops_nothing(fake: FakeClient) -> None:
+    result = runner.invoke(app, ["stop", "x"])
+    assert result.exit_code == 0, result.output
+    assert ("stop", "x") not in fake.calls
+    assert "job x is already stopped: STOPPED (exit code 0)" in result.output
+
+
+def test_stop_that_does_not_move_the_job_fails_clearly(
+    fake: FakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = fake.statuses[1]
+    monkeypatch.setattr(fake, "status", lambda name: running.model_copy(update={"name": name}))
+    result = runner.invoke(app, ["stop", "x", "--timeout", "0.2"])
+    assert result.exit_code == 1, result.output
+    assert ("stop", "x") in fake.calls
+    assert "error: job x is still RUNNING after 0s" in result.output
+    assert "`dlu stop x` asks again" in result.output
 
 
 @pytest.mark.parametrize(
@@ -509,14 +534,34 @@ def test_events_follow_prints_the_timeline(fake: FakeClient) -> None:
     assert result.output.splitlines() == ["10:00:00 job_created job x created"]
 
 
-def test_list(fake: FakeClient) -> None:
-    result = runner.invoke(app, ["list"])
-    assert result.exit_code == 0, result.output
-    assert fake.calls == [("list", None)]
-    assert result.output.splitlines() == [
-        "newer\tRUNNING\tlocal",
-        "older\tSTOPPED exit=3\tlocal",
+def test_list_has_a_header_times_and_json(fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    jobs = [
+        JobSummary(name="newer", stage=JobStage.RUNNING, where="local", start_time=86400.0),
+        JobSummary(
+            name="older", stage=JobStage.STOPPED, exit_code=3, where="local", start_time=0.0, end_time=61.0
+        ),
     ]
+    monkeypatch.setattr(fake, "list_jobs", lambda: jobs)
+    result = runner.invoke(app, ["list"])
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert result.exit_code == 0, result.output
+    assert [line.split() for line in result.output.splitlines()] == [
+        ["NAME", "STAGE", "EXIT", "STARTED", "ENDED", "WHERE"],
+        ["newer", "RUNNING", "-", "1970-01-02", "00:00:00", "-", "local"],
+        ["older", "STOPPED", "3", "1970-01-01", "00:00:00", "1970-01-01", "00:01:01", "local"],
+    ]
+    as_json = runner.invoke(app, ["list", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert [JobSummary.model_validate(j) for j in json.loads(as_json.output)] == jobs
+
+
+def test_list_of_no_jobs_says_so(fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fake, "list_jobs", list)
+    assert runner.invoke(app, ["list"]).output.strip() == "no jobs"
+    assert json.loads(runner.invoke(app, ["list", "--json"]).output) == []
 
 
 # --- ProgressPrinter ------------------------------------------------------------------------

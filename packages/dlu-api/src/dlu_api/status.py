@@ -134,3 +134,7 @@ class JobSummary(BaseModel):
     stage: JobStage
     exit_code: int | None = None
     where: str = Field(default="local", description="'local' or the cluster address.")
+    start_time: float | None = Field(
+        default=None, description="Unix time of the job's first event, if known."
+    )
+    end_time: float | None = Field(default=None, description="Unix time of a finished job's last event.")

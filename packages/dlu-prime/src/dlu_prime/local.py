@@ -10,46 +10,40 @@ before anything starts, and once this process is gone its unfinished jobs read a
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.client.rank_files import (
-    FileTailer,
-    check_selection,
-    local_run_dir,
-    rank_files,
-    read_rank_logs,
-    selection_text,
-)
-from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError
-from dlu_api.rank_logs import HOME_SUBDIR, RankFile, select
+from dlu_api.client.base import StatusCallback
+from dlu_api.client.rank_files import FileTailer, local_run_dir
+from dlu_api.errors import DLUError, JobNotFoundError, JobRunningError
+from dlu_api.rank_logs import HOME_SUBDIR, RankFile
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobEvent, JobStage, JobStatus, JobSummary
+from dlu_api.status import JobEvent, JobStage, JobStatus
 from dlu_prime import job_lock, launcher, local_metrics, preflight, ray_env, reaper, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
+from dlu_prime.local_records import LocalRecords
 from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
 from dlu_prime.stop_now import kill_job, killed_status
 
 TEE_POLL_S = 0.2
+STOP_REASON = "stopped by user request (`dlu stop`)"
 CLOSED_REASON = "stopped: the client that ran it was closed, and its embedded Ray with it"
 
 
-class LocalJobClient(JobClient):
-    """Starts an embedded Ray on first use and runs jobs there through the launcher."""
+class LocalJobClient(LocalRecords):
+    """Starts an embedded Ray on first use and runs jobs there through the launcher; jobs other
+    processes run are read and steered through their files (`LocalRecords`)."""
 
     def __init__(self, **ray_options: Any) -> None:
+        super().__init__()
         self._ray_options = ray_options
         self._address: str | None = None
         self._specs: dict[str, JobSpec] = {}
         self._locks: dict[str, job_lock.JobLock] = {}
         self._last: dict[str, JobStatus] = {}
-        self.files = JobFiles()
         self.metrics: local_metrics.LocalEndpoint | None = None
 
     @property
@@ -143,7 +137,7 @@ class LocalJobClient(JobClient):
             current = launcher.job_status(name, events=MAX_EVENTS)  # followers need every event
             if current is not None:
                 return current
-        return self.files.status(name)[0]
+        return super().status(name)
 
     def events(self, name: str) -> list[JobEvent]:
         """The whole timeline while this process runs the job; else the last one saved."""
@@ -154,75 +148,17 @@ class LocalJobClient(JobClient):
         return list(self.status(name).events)
 
     def stop(self, name: str) -> None:
-        """Stop a local job. One run by another process is stopped the way Ctrl-C does: that
-        process gets SIGINT, stops the job cleanly and (`dlu run`) exits with 130.
-
-        Raises:
-            JobNotFoundError: no such job, or no process runs it (STOPPED or LOST); nothing is
-                signalled then.
-        """
+        """Stop a local job: one of this process through its PrimeMaster, one of another
+        process through that process (`LocalRecords.stop`)."""
         if name in self._specs:
             launcher.stop_job(name)
             return
-        status, owner = self.files.status(name)
-        if owner is None:
-            if status.stage is JobStage.STOPPED:
-                return
-            raise JobNotFoundError(
-                f"local job {name!r} is not running ({status.stage.value}): {status.reason}"
-            )
-        if owner == 0:
-            raise JobNotFoundError(f"local job {name!r} is just starting; try again in a moment")
-        if owner == os.getpid():
-            raise JobNotFoundError(f"local job {name!r} runs in this process: stop it with its own client")
-        if job_lock.verified_owner(self.files.lock_path(name)) != owner:
-            raise JobNotFoundError(
-                f"local job {name!r}: process {owner} could not be verified as its owner (the lock "
-                f"file {self.files.lock_path(name)} names a pid whose start time differs, or none); "
-                "nothing was signalled. If the job's `dlu run` still runs, stop it there with Ctrl-C."
-            )
-        try:
-            os.kill(owner, signal.SIGINT)
-        except ProcessLookupError:
-            raise JobNotFoundError(
-                f"local job {name!r} is not running (its process {owner} is gone)"
-            ) from None
+        super().stop(name)
 
     def delete(self, name: str) -> None:
-        """Remove a stopped or LOST local job's record; one that runs is refused, untouched."""
         if name in self._specs:
             raise JobRunningError(f"local job {name!r} runs in this process; wait for it or stop it first")
-        status, owner = self.files.status(name)
-        if owner is not None:
-            who = f" in process {owner}" if owner else ""
-            raise JobRunningError(
-                f"local job {name!r} is running{who} ({status.stage.value}); stop it first with "
-                f"`dlu stop {name}`, then delete it"
-            )
-        try:
-            self.files.remove(name)
-        except JobNameTakenError:
-            raise JobRunningError(
-                f"local job {name!r} was started again meanwhile; stop it with `dlu stop {name}` first"
-            ) from None
-
-    def logs(
-        self, name: str, follow: bool = False, role: str | None = None, rank: int | None = None
-    ) -> Iterator[str]:
-        """The rank log files under the job's log dir (see `dlu_api.rank_logs`)."""
-        status = self.status(name)
-        while follow and not status.run_id and not self._stopped(name):  # the job is starting
-            time.sleep(0.3)
-            status = self.status(name)
-        run = local_run_dir(status)
-        check_selection(status, role, rank)
-        if not follow:
-            lines = list(read_rank_logs(run, role, rank))
-            if not lines and not any(True for _ in select(rank_files(run), role, rank)):
-                raise DLUError(f"job {name!r} has no rank logs{selection_text(role, rank)} under {run} yet")
-            yield from lines
-            return
-        yield from read_rank_logs(run, role, rank, follow=lambda: not self._stopped(name))
+        super().delete(name)
 
     def tee_lines(
         self, status: JobStatus, wanted: Callable[[RankFile], bool], stop: threading.Event
@@ -235,46 +171,25 @@ class LocalJobClient(JobClient):
     def _stopped(self, name: str) -> bool:
         if name in self._specs:
             return False  # this process runs it: it has stopped once `wait` returned
-        return self.files.status(name)[0].stage.is_terminal
+        return super()._stopped(name)
 
     def debug(
         self, name: str, action: str, role: str, rank: int | None = None, step: int | None = None
     ) -> dict[str, object]:
-        if name in self._specs:
-            answer = _answer_debug(name)({"action": action, "role": role, "rank": rank, "step": step})
-        else:
-            status, owner = self.files.status(name)
-            if owner is None:
-                raise JobNotFoundError(f"local job {name!r} is not running ({status.stage.value})")
-            answer = self.files.ask(name, {"action": action, "role": role, "rank": rank, "step": step})
+        if name not in self._specs:
+            return super().debug(name, action, role, rank, step)
+        answer = _answer_debug(name)({"action": action, "role": role, "rank": rank, "step": step})
         if "error" in answer:
             raise DLUError(f"dlu debug {action} on job {name}: {answer['error']}")
         return dict(answer["result"])
 
     def scale(self, name: str, role: str, size: int) -> dict[str, object]:
-        request = {"action": "scale", "role": role, "rank": size, "step": None}
-        if name in self._specs:
-            answer = _answer_debug(name)(request)
-        else:
-            status, owner = self.files.status(name)
-            if owner is None:
-                raise JobNotFoundError(
-                    f"local job {name!r} is not running ({status.stage.value}): only a running job can be scaled"
-                )
-            answer = self.files.ask(name, request)
+        if name not in self._specs:
+            return super().scale(name, role, size)
+        answer = _answer_debug(name)({"action": "scale", "role": role, "rank": size, "step": None})
         if "error" in answer:
             raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
         return dict(answer["result"])
-
-    def list_jobs(self) -> list[JobSummary]:
-        out: list[JobSummary] = []
-        for name in self.files.names():
-            try:
-                status = self.files.status(name)[0]
-            except JobNotFoundError:
-                continue  # removed meanwhile
-            out.append(JobSummary(name=name, stage=status.stage, exit_code=status.exit_code, where="local"))
-        return out
 
     def close_at_exit(self) -> bool:
         """Every job of this client has ended (its end recorded, its name given up): the embedded
@@ -310,6 +225,8 @@ class LocalJobClient(JobClient):
 def _answer_debug(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         try:
+            if request["action"] == "stop":  # `dlu stop` from another process
+                return {"result": {"stopping": launcher.stop_job(name, STOP_REASON)}}
             if request["action"] == "scale":  # the size travels as the rank
                 result = launcher.scale_job(name, str(request["role"]), int(request["rank"]))
             else:

@@ -5,15 +5,20 @@ Registered on the one `dlu` app (`dlu_api.cli.shared.app`) when `dlu_api.cli` im
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Annotated
 
 import typer
 
-from dlu_api.cli.render import status_text
+from dlu_api.cli.render import jobs_table, status_text
 from dlu_api.cli.shared import AddressOpt, app, fail
-from dlu_api.client import connect
+from dlu_api.client import JobClient, connect_existing
 from dlu_api.errors import DLUError
-from dlu_api.spec.model_base import MAX_ACTORS
+from dlu_api.status import JobStatus
+
+STOP_WAIT_S = 60.0
+_STOP_POLL_S = 0.5
 
 
 @app.command()
@@ -25,7 +30,7 @@ def status(
 ) -> None:
     """Stage, roles, restart counts and recent events of a job."""
     try:
-        current = connect(address).status(job)
+        current = connect_existing(address).status(job)
     except DLUError as exc:
         raise fail(str(exc)) from None
     typer.echo(current.model_dump_json(indent=2) if as_json else status_text(current, events))
@@ -45,10 +50,10 @@ def events(
     """Print a job's event timeline as JSON lines, one event per line, oldest first."""
     try:
         if follow:
-            for line in connect(address).timeline(job, follow=True):
+            for line in connect_existing(address).timeline(job, follow=True):
                 typer.echo(line)
             return
-        timeline = connect(address).events(job)
+        timeline = connect_existing(address).events(job)
     except DLUError as exc:
         raise fail(str(exc)) from None
     for event in timeline:
@@ -56,20 +61,58 @@ def events(
 
 
 @app.command()
-def stop(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
-    """Stop a job; its actors and placement groups are removed."""
+def stop(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    address: AddressOpt = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the job to have stopped.")
+    ] = STOP_WAIT_S,
+) -> None:
+    """Stop a job cleanly (its actors and placement groups are removed) and wait until it has
+    stopped; exits 1 if it has not within --timeout seconds. A stopped job is left as it is."""
     try:
-        connect(address).stop(job)
+        client = connect_existing(address)
+        current = client.status(job)
+        if current.finished:
+            ended = "is already stopped" if current.stage.value == "STOPPED" else "is not running"
+            typer.echo(f"job {job} {ended}: {_ended(current)}")
+            return
+        client.stop(job)
+        typer.echo(f"stopping job {job} (was {current.stage.value}) ...")
+        final = _until_stopped(client, job, timeout)
     except DLUError as exc:
         raise fail(str(exc)) from None
-    typer.echo(f"stop requested for {job}")
+    if final.finished:
+        typer.echo(f"job {job} stopped: {_ended(final)}")
+        return
+    moved = "is still STOPPING" if final.stage.value == "STOPPING" else f"is still {final.stage.value}"
+    raise fail(
+        f"job {job} {moved} after {timeout:.0f}s; `dlu status {job}` shows where it is, and "
+        f"`dlu stop {job}` asks again",
+        code=1,
+    )
+
+
+def _until_stopped(client: JobClient, job: str, timeout_s: float) -> JobStatus:
+    deadline = time.monotonic() + timeout_s
+    current = client.status(job)
+    while not current.finished and time.monotonic() < deadline:
+        time.sleep(_STOP_POLL_S)
+        current = client.status(job)
+    return current
+
+
+def _ended(status: JobStatus) -> str:
+    code = "" if status.exit_code is None else f" (exit code {status.exit_code})"
+    reason = f": {status.reason}" if status.reason else ""
+    return f"{status.stage.value}{code}{reason}"
 
 
 @app.command()
 def delete(job: Annotated[str, typer.Argument(help="Job name.")], address: AddressOpt = None) -> None:
     """Remove a stopped or LOST job's record (a running one is refused: stop it first)."""
     try:
-        connect(address).delete(job)
+        connect_existing(address).delete(job)
     except DLUError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"deleted {job}")
@@ -90,7 +133,7 @@ def logs(
     """Print what a job's ranks wrote to stdout and stderr, each line prefixed [role/rankN]
     ([role/rankN:err] for stderr). `dlu events` prints the job's timeline."""
     try:
-        for line in connect(address).logs(job, follow, role=role, rank=rank):
+        for line in connect_existing(address).logs(job, follow, role=role, rank=rank):
             typer.echo(line)
     except DLUError as exc:
         raise fail(str(exc)) from None
@@ -114,7 +157,7 @@ def debug(
     if action == "set-step" and step is None:
         raise fail("set-step needs --step N")
     try:
-        result = connect(address).debug(job, DEBUG_ACTIONS[action], role, rank, step)
+        result = connect_existing(address).debug(job, DEBUG_ACTIONS[action], role, rank, step)
     except DLUError as exc:
         raise fail(str(exc)) from None
     for actor, value in result.items():
@@ -136,10 +179,12 @@ def scale(
     ranks) stop; an elastic role gets N nodes (MIN..MAX) and re-forms training in place."""
     if size < 1:
         raise fail(f"size {size} is not allowed: give a whole number >= 1")
+    from dlu_api.spec.model_base import MAX_ACTORS  # here: other commands do not pay for the spec models
+
     if size > MAX_ACTORS:
         raise fail(f"size {size} is not allowed: a role has at most {MAX_ACTORS} actors, as in a spec")
     try:
-        result = connect(address).scale(job, role, size)
+        result = connect_existing(address).scale(job, role, size)
     except DLUError as exc:
         raise fail(str(exc)) from None
     if result.get("failed"):
@@ -151,12 +196,16 @@ def scale(
 
 
 @app.command(name="list")
-def list_jobs(address: AddressOpt = None) -> None:
-    """Jobs known locally or on the cluster."""
+def list_jobs(
+    address: AddressOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the jobs as JSON, one object each.")] = False,
+) -> None:
+    """Jobs known locally or on the cluster, newest first: name, stage, exit code, start and end."""
     try:
-        jobs = connect(address).list_jobs()
+        jobs = connect_existing(address).list_jobs()
     except DLUError as exc:
         raise fail(str(exc)) from None
-    for job in jobs:
-        code = "" if job.exit_code is None else f" exit={job.exit_code}"
-        typer.echo(f"{job.name}\t{job.stage.value}{code}\t{job.where}")
+    if as_json:
+        typer.echo(json.dumps([job.model_dump(mode="json") for job in jobs], indent=2))
+        return
+    typer.echo(jobs_table(jobs))

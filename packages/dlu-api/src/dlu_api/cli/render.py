@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dlu_api.cli.console_model import sub_master_stage, workers_of
 from dlu_api.diagnosis import root_cause
 from dlu_api.recovery import recovery_lines
-from dlu_api.status import EventCursor, JobEvent, JobStatus, RoleStatus
+from dlu_api.status import EventCursor, JobEvent, JobStatus, JobSummary, RoleStatus
 
 
 def role_line(role: RoleStatus, with_step: bool = False) -> str:
@@ -119,3 +119,30 @@ class ProgressPrinter:
                 self._emit(line)
         for event in self._cursor.take(status.events):
             self._emit(event_line(event, self._t0))
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def jobs_table(jobs: list[JobSummary]) -> str:
+    """`dlu list`: a header, then one aligned row per job; a line saying so when there are none."""
+    if not jobs:
+        return "no jobs"
+    header = ("NAME", "STAGE", "EXIT", "STARTED", "ENDED", "WHERE")
+    rows = [header] + [
+        (
+            j.name,
+            j.stage.value,
+            "-" if j.exit_code is None else str(j.exit_code),
+            _when(j.start_time),
+            _when(j.end_time),
+            j.where,
+        )
+        for j in jobs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    )

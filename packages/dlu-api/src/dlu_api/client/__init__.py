@@ -6,7 +6,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient, StatusCallback
-from dlu_api.client.local import QUIET_RAY_OPTIONS, check_local, local_client, reserve_local, warm_up_local
+from dlu_api.client.local import (
+    QUIET_RAY_OPTIONS,
+    check_local,
+    local_client,
+    local_records,
+    reserve_local,
+    warm_up_local,
+)
 
 if TYPE_CHECKING:
     from dlu_api.client.remote import RemoteJobClient
@@ -49,6 +56,20 @@ def connect(
     return RemoteJobClient(address, workdir=workdir)
 
 
+def connect_existing(address: str | None = None) -> JobClient:
+    """The client for commands on a job that exists (status, stop, logs, ...): on a cluster as
+    `connect`; locally the jobs' files, read without importing Ray (it costs seconds).
+
+    Raises:
+        ValueError: the address is not an http(s) URL.
+        MissingComponentError: a local job without dlu-prime installed.
+    """
+    address = address or os.environ.get(ADDRESS_ENV) or None
+    if address is None or address == "local":
+        return local_records()
+    return connect(address)
+
+
 def __getattr__(name: str) -> Any:
     """`RemoteJobClient` on first use: httpx (with the rich and click it imports) costs 0.2 to
     0.4 s, paid otherwise by every `dlu run` and every Ray worker that imports dlu_api."""
@@ -59,4 +80,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ADDRESS_ENV", "JobClient", "RemoteJobClient", "StatusCallback", "connect", "local_client"]
+__all__ = [
+    "ADDRESS_ENV",
+    "JobClient",
+    "RemoteJobClient",
+    "StatusCallback",
+    "connect",
+    "connect_existing",
+    "local_client",
+    "local_records",
+]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from dlu_api.spec.models import JobSpec
 
 LOCAL_CLIENT_PATH = "dlu_prime.local:LocalJobClient"
+LOCAL_RECORDS_PATH = "dlu_prime.local_records:LocalRecords"  # imports no Ray
 # Import no Ray: they run before the local client is imported.
 LOCAL_WARMUP_PATH = "dlu_prime.roles:warm_up_this_node"
 LOCAL_PREFLIGHT_PATH = "dlu_prime.preflight:check_local"
@@ -39,7 +40,21 @@ def local_client(ray_options: dict[str, Any] | None = None) -> JobClient:
     Raises:
         MissingComponentError: dlu-prime, or something it needs, is not installed.
     """
-    module_name, _, attr = LOCAL_CLIENT_PATH.partition(":")
+    return _prime_client(LOCAL_CLIENT_PATH, ray_options or {})
+
+
+def local_records() -> JobClient:
+    """A client of the local jobs that exist (their status, stop, delete, logs, debug, scale,
+    list), read from their files with no Ray imported: a `dlu status` answers at once.
+
+    Raises:
+        MissingComponentError: dlu-prime is not installed.
+    """
+    return _prime_client(LOCAL_RECORDS_PATH, {})
+
+
+def _prime_client(path: str, options: dict[str, Any]) -> JobClient:
+    module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -55,10 +70,14 @@ def local_client(ray_options: dict[str, Any] | None = None) -> JobClient:
             f"dlu-prime is installed but its dependency {missing!r} is missing; "
             "reinstall it with `pip install --force-reinstall dlu-prime`."
         ) from None
-    client_class = getattr(module, attr)
-    client = client_class(**(ray_options or {}))
+    client_class = getattr(module, attr, None)
+    if client_class is None:
+        raise MissingComponentError(
+            f"the installed dlu-prime has no {path}; upgrade it to match dlu-api (`pip install -U dlu-prime`)."
+        )
+    client = client_class(**options)
     if not isinstance(client, JobClient):
-        raise MissingComponentError(f"{LOCAL_CLIENT_PATH} is not a JobClient; reinstall dlu-prime.")
+        raise MissingComponentError(f"{path} is not a JobClient; reinstall dlu-prime.")
     return client
 
 
