@@ -114,7 +114,7 @@ def _check_stop(proc: subprocess.Popen[str], env: dict[str, str]) -> None:
     reported = json.loads(status.stdout)
     assert reported["stage"] == "STOPPED" and reported["exit_code"] == 130
     listed = subprocess.run([DLU, "list"], env=env, capture_output=True, text=True, timeout=60)
-    assert ["cli-stop", "STOPPED", "130"] == listed.stdout.splitlines()[1].split()[:3]
+    assert listed.stdout.splitlines()[1].split()[:3] == ["cli-stop", "STOPPED", "130"]
 
 
 def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
