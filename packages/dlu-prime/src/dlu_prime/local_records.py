@@ -12,7 +12,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlu_api.client.base import JobClient, StatusCallback
 from dlu_api.client.rank_files import (
@@ -24,10 +24,12 @@ from dlu_api.client.rank_files import (
 )
 from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError, NotSupportedError
 from dlu_api.rank_logs import parse_rank_file, select
-from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus, JobSummary
 from dlu_prime import job_lock
 from dlu_prime.job_files import JobFiles
+
+if TYPE_CHECKING:
+    from dlu_api.spec.models import JobSpec
 
 STOP_ANSWER_S = 5.0
 """How long `stop` waits for the owner process to take a stop request from its mailbox (it reads

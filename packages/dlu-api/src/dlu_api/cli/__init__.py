@@ -10,11 +10,10 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from dlu_api.builder import from_torchrun_cmd
 from dlu_api.cli import detach, interrupts
 from dlu_api.cli.console import job_console, quiet_python_warnings
 from dlu_api.cli.gpu import default_device_type
@@ -27,15 +26,19 @@ from dlu_api.cli.tee import RankTee
 from dlu_api.client import ADDRESS_ENV, JobClient, connect
 from dlu_api.client.local import check_local, local_client
 from dlu_api.errors import DLUError
-from dlu_api.spec.entrypoint import is_torchrun_command
-from dlu_api.spec.io import read_spec_data, spec_from_dict
-from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStatus
+
+if TYPE_CHECKING:  # imported where a job is run: `dlu status` does not pay for the spec models
+    from dlu_api.spec.models import JobSpec
 
 
 def _spec_from_args(
     args: list[str], name: str | None, device_type: str | None, address: str | None = None
 ) -> JobSpec:
+    from dlu_api.builder import from_torchrun_cmd
+    from dlu_api.spec.entrypoint import is_torchrun_command
+    from dlu_api.spec.io import read_spec_data, spec_from_dict
+
     if not args:
         raise ValueError("give a spec file, or `-- torchrun [flags] script.py args...`")
     if is_torchrun_command(args):

@@ -16,11 +16,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlu_api.client.base import JobClient
 from dlu_api.errors import JobNotFoundError
-from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage, JobStatus
+
+if TYPE_CHECKING:
+    from dlu_api.spec.models import JobSpec
 
 Echo = Callable[[str], None]
 _POLL_S = 0.25

@@ -15,8 +15,6 @@ import typer
 
 from dlu_api.cli.shared import app
 from dlu_api.errors import SpecError
-from dlu_api.spec.channels import channel_problems
-from dlu_api.spec.io import job_schema, load_spec
 
 
 def check_file(path: Path) -> None:
@@ -26,6 +24,9 @@ def check_file(path: Path) -> None:
     Raises:
         SpecError: every problem found.
     """
+    from dlu_api.spec.channels import channel_problems  # here: other commands do not pay for them
+    from dlu_api.spec.io import load_spec
+
     spec = load_spec(path)
     problems = channel_problems(spec, os.getcwd())
     if problems:
@@ -56,6 +57,8 @@ def schema(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")] = None,
 ) -> None:
     """Print the JSON Schema of a job spec."""
+    from dlu_api.spec.io import job_schema
+
     text = json.dumps(job_schema(), indent=2) + "\n"
     if output is None:
         sys.stdout.write(text)

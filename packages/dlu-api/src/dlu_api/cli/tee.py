@@ -9,12 +9,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dlu_api.client.base import JobClient
 from dlu_api.errors import DLUError
 from dlu_api.rank_logs import STREAMS, RankFile, RankStreams, parse_modes
-from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStatus
+
+if TYPE_CHECKING:
+    from dlu_api.spec.models import JobSpec
 
 logger = logging.getLogger(__name__)
 

@@ -6,11 +6,14 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from dlu_api.errors import ClusterError, NotSupportedError
 from dlu_api.rank_logs import RankFile
-from dlu_api.spec.models import JobSpec
 from dlu_api.status import EventCursor, JobEvent, JobStatus, JobSummary
+
+if TYPE_CHECKING:  # the spec models cost a `dlu status` 0.2-0.4 s to build
+    from dlu_api.spec.models import JobSpec
 
 StatusCallback = Callable[[JobStatus], None]
 
