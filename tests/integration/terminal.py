@@ -63,3 +63,53 @@ def run_in_terminal(
 def final_screen(output: str) -> str:
     """What the terminal shows last: the text after the live view's last redraw, uncoloured."""
     return ANSI.sub("", output.rsplit(ERASE_LINE, 1)[-1]).replace("\r", "")
+
+
+_CSI = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])")
+
+
+def terminal_contents(output: str) -> list[str]:
+    """What a terminal holds at the end (its scrollback and screen), by playing `output`'s text,
+    carriage returns, newlines and the cursor moves and erases a live view sends (CSI A, B, K,
+    G; colours and cursor hiding ignored). Lines a redraw erased are gone, as on a screen."""
+    lines: list[list[str]] = [[]]
+    row, col, at = 0, 0, 0
+    while at < len(output):
+        match = _CSI.match(output, at)
+        if match is not None:
+            arg, op = match.group(1), match.group(2)
+            n = int(arg) if arg.isdigit() else None
+            if op == "A":
+                row = max(0, row - (n or 1))
+            elif op == "B":
+                row += n or 1
+            elif op == "G":
+                col = (n or 1) - 1
+            elif op == "K":
+                while len(lines) <= row:
+                    lines.append([])
+                if n == 2:
+                    lines[row] = []
+                elif not n:
+                    del lines[row][col:]
+            at = match.end()
+            continue
+        char = output[at]
+        at += 1
+        if char == "\r":
+            col = 0
+        elif char == "\n":
+            row, col = row + 1, 0
+        elif char >= " ":
+            while len(lines) <= row:
+                lines.append([])
+            line = lines[row]
+            line.extend(" " * (col - len(line)))
+            if col < len(line):
+                line[col] = char
+            else:
+                line.append(char)
+            col += 1
+        while len(lines) <= row:
+            lines.append([])
+    return ["".join(line).rstrip() for line in lines]

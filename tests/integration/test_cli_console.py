@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_runs import DLU, HERE, Box
-from terminal import ANSI, ERASE_LINE, final_screen, run_in_terminal
+from terminal import ANSI, ERASE_LINE, final_screen, run_in_terminal, terminal_contents
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -122,6 +122,8 @@ def test_ctrl_c_in_the_live_view_stops_the_job_and_leaves_its_final_screen(box: 
     assert interrupted, f"the live view never showed the job training:\n{plain[-4000:]}"
     assert code == 130, plain[-4000:]
     assert "interrupted: stopping job console-ctrl-c" in plain
+    kept = terminal_contents(output)  # the notice stays above the live view, not drawn over by it
+    assert any(line.startswith("interrupted: stopping job console-ctrl-c") for line in kept), kept
     screen = final_screen(output)
     assert "job console-ctrl-c  STOPPED (exit code 130)" in screen, screen
     assert "reason: stopped by user request" in screen, screen
@@ -129,6 +131,41 @@ def test_ctrl_c_in_the_live_view_stops_the_job_and_leaves_its_final_screen(box: 
     assert "2 STOPPED" in row, screen
     record = box.record("console-ctrl-c")
     assert record is not None and record["status"]["exit_code"] == 130
+
+
+TEE_JOB = """
+name: console-tee
+device_type: CPU
+device_per_node: 0
+config: {steps: 3}
+logs: {tee: 1}
+roles:
+  - name: worker
+    entrypoint: examples.hello.workers:main
+    total: 2
+    resources: {cpu: 0.25}
+"""
+
+
+def test_the_live_view_keeps_the_ranks_tee_lines_above_it(box: Box, tmp_path: Path) -> None:
+    """What the ranks print (`logs.tee`) is printed above the live view and stays in the
+    terminal; the final screen is drawn once, with no stale header line left above it."""
+    spec = tmp_path / "tee.yaml"
+    spec.write_text(TEE_JOB)
+    env = box.env(box.new_dir("dlu-cli-"), COLUMNS="120", LINES="40", TERM="xterm-256color")
+    env.pop("DLU_VERBOSE", None)
+    code, output = run_in_terminal([DLU, "run", str(spec)], env, ROOT)
+    plain = ANSI.sub("", output)
+    assert code == 0, plain[-4000:]
+    assert output.count(ERASE_LINE) > 0, "no live view was drawn"
+    kept = terminal_contents(output)
+    for rank in (0, 1):
+        tee = [line for line in kept if line.startswith(f"[worker/rank{rank}]")]
+        assert tee, f"rank {rank}'s tee'd lines were wiped:\n" + "\n".join(kept)
+    headers = [line for line in kept if line.startswith("job console-tee")]
+    assert len(headers) == 1 and headers[0].startswith("job console-tee  STOPPED (exit code 0)"), kept
+    last_tee = max(i for i, line in enumerate(kept) if line.startswith("[worker/rank"))
+    assert last_tee < kept.index(headers[-1]), kept  # above the final screen
 
 
 def test_quiet_by_default_and_verbose_shows_ray_and_our_actors_logs(box: Box, tmp_path: Path) -> None:

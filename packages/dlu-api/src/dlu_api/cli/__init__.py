@@ -204,7 +204,7 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
         except (DLUError, ValueError) as exc:
             raise _fail(str(exc)) from None
         except KeyboardInterrupt:
-            typer.echo(f"interrupted: job {spec.name} was not started", err=True)
+            _echo(f"interrupted: job {spec.name} was not started", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         metrics_url = getattr(client, "metrics_url", None)  # a local run's Prometheus endpoint
         if metrics_url:
@@ -246,14 +246,14 @@ def _follow(client: JobClient, job: str, printer: Callable[[JobStatus], None]) -
             final = client.wait(job, printer)
             return final, final.exit_code if final.exit_code is not None else 1
         except KeyboardInterrupt:
-            typer.echo(f"interrupted: stopping job {job} ... (interrupt again to stop it at once)", err=True)
+            _echo(f"interrupted: stopping job {job} ... (interrupt again to stop it at once)", err=True)
         try:
             client.stop(job)
             return client.wait(job, printer), EXIT_INTERRUPTED
         except KeyboardInterrupt:
             note = f"dlu: already stopping job {job} at once, a moment (`kill -9 {os.getpid()}` ends it now)"
             with interrupts.shielded(note):
-                typer.echo(f"interrupted again: stopping job {job} at once ...", err=True)
+                _echo(f"interrupted again: stopping job {job} at once ...", err=True)
                 return client.stop_now(job, SECOND_INTERRUPT_REASON), EXIT_INTERRUPTED
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -44,10 +45,16 @@ WorkdirOpt = Annotated[
 ]
 
 
-def echo(line: str) -> None:
-    typer.echo(line)
+def echo(line: str, err: bool = False) -> None:
+    """Print a line through whatever `sys.stdout` (`sys.stderr`) is now. While `dlu run`'s live
+    view is drawn, rich has put proxies there that print each line above the view, where it
+    stays; `typer.echo` would find the terminal beneath them and be drawn over by the next
+    redraw."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    echo(f"error: {message}", err=True)
     return typer.Exit(code)
