@@ -261,6 +261,8 @@ def test_submit_with_address(fake: FakeClient, tmp_path: Path) -> None:
     assert fake.addresses == ["http://head:8265"]
     assert fake.submitted[0].name == "other"
     assert "submitted other to http://head:8265" in result.output
+    for hint in ("events -f", "logs -f", "status", "stop"):  # each hint copies as it is printed
+        assert f"`dlu {hint} other --address http://head:8265`" in result.output
     assert ("wait", "other") not in fake.calls
 
 

@@ -272,10 +272,7 @@ def submit(
         job = connect(address, workdir).submit(spec)
     except (DLUError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    typer.echo(
-        f"submitted {job} to {address}; follow it with `dlu events -f {job}` (its timeline) "
-        f"or `dlu logs -f {job}` (what its ranks print)"
-    )
+    typer.echo(f"submitted {job} to {address}; " + detach.follow_hint(job, address))
 
 
 # The topic modules register their commands on `app` when imported; imported after run, resume
