@@ -59,7 +59,12 @@ def main(n: int) -> None:
     env = {**os.environ, "DLU_HOME": str(work / "home"), "RAY_TMPDIR": str(work / "ray")}
     try:
         started = subprocess.run(
-            [DLU, "run", "--no-wait", "job.yaml"], cwd=work, env=env, capture_output=True, text=True, timeout=300
+            [DLU, "run", "--no-wait", "job.yaml"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if started.returncode != 0:
             raise SystemExit(f"the job did not start:\n{started.stdout}{started.stderr}")
