@@ -51,6 +51,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (the child's user + system) and output of one command."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{text}")
+    return wall, usage.ru_utime + usage.ru_stime, text
+
+
 def main(n: int) -> None:
     compile_workspace()
     work = Path(tempfile.mkdtemp(prefix="dlu-bst-", dir="/tmp"))
@@ -69,19 +84,22 @@ def main(n: int) -> None:
         if started.returncode != 0:
             raise SystemExit(f"the job did not start:\n{started.stdout}{started.stderr}")
         times: list[float] = []
+        cpu: list[float] = []
         for _ in range(n):
-            t0 = time.perf_counter()
-            done = subprocess.run([DLU, "status", JOB], cwd=work, env=env, capture_output=True, text=True)
-            times.append(time.perf_counter() - t0)
-            if done.returncode != 0 or "RUNNING" not in done.stdout:
-                raise SystemExit(f"dlu status failed:\n{done.stdout}{done.stderr}")
-        print(f"dlu status of a running local job, {n} runs: " + " ".join(f"{t:.3f}" for t in times))
+            wall, used, out = _timed([DLU, "status", JOB], work, env)
+            times.append(wall)
+            cpu.append(used)
+            if "RUNNING" not in out:
+                raise SystemExit(f"dlu status failed:\n{out}")
+        print(f"dlu status of a running local job, {n} runs, wall s: " + " ".join(f"{t:.3f}" for t in times))
+        print("  CPU s (user + system; what it costs on an idle core): " + " ".join(f"{t:.3f}" for t in cpu))
     finally:
         subprocess.run([DLU, "stop", JOB], cwd=work, env=env, capture_output=True, text=True, timeout=120)
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
     figure("local_status_p50_s", statistics.median(times), "s", BUDGET_S, "dlu status (local job) p50")
     figure("local_status_p90_s", percentile(times, 0.9), "s", None, "dlu status (local job) p90")
+    figure("local_status_cpu_p50_s", statistics.median(cpu), "s", None, "dlu status (local job) CPU p50")
 
 
 if __name__ == "__main__":

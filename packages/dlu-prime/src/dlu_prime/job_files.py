@@ -21,10 +21,8 @@ from typing import Any
 from dlu_api.errors import JobNotFoundError
 from dlu_api.status import JobStage, JobStatus, RoleStatus
 from dlu_prime import job_lock
-from dlu_prime.master.state import ActorStage
 
 HOME_ENV = "DLU_HOME"
-_ENDED_ACTOR_STAGES = {s.value for s in ActorStage if s.is_terminal}
 _READS = 5  # a record that changes between reads while nobody holds its lock: judged at the last
 
 
@@ -72,12 +70,14 @@ def reserve(name: str) -> None:
 def ended_roles(roles: list[RoleStatus], stage: str) -> list[RoleStatus]:
     """`roles` with every actor that had not finished (or failed, or stopped) put in `stage`:
     a job that ended lists none as RUNNING."""
+    from dlu_prime.master.state import ActorStage  # here: a `dlu status` of a live job needs no spec models
+
+    ended = {s.value for s in ActorStage if s.is_terminal}
     return [
         role.model_copy(
             update={
                 "actors": [
-                    a if a.stage in _ENDED_ACTOR_STAGES else a.model_copy(update={"stage": stage})
-                    for a in role.actors
+                    a if a.stage in ended else a.model_copy(update={"stage": stage}) for a in role.actors
                 ]
             }
         )
