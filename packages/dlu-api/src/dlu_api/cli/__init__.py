@@ -214,7 +214,7 @@ def _start_and_follow(client: JobClient, spec: JobSpec, start: Callable[[JobSpec
         finally:
             tee.stop()  # what the ranks printed last, before the final status
             console.stop()  # the terminal back, whatever happened
-        console.close(final)
+        console.close(final, tracebacks=not tee.traceback_shown)
         ended = True
     finally:
         with interrupts.shielded(f"dlu: shutting down, a moment (`kill -9 {os.getpid()}` ends it now)"):

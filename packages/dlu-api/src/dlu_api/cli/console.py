@@ -38,8 +38,9 @@ class JobConsole(Protocol):
         """Stop redrawing (safe to call twice, and before anything was drawn)."""
         ...
 
-    def close(self, final: JobStatus) -> None:
-        """Show the job's final status."""
+    def close(self, final: JobStatus, tracebacks: bool = True) -> None:
+        """Show the job's final status (`tracebacks` False: one line per failure message, its
+        traceback having been printed from the rank's stderr)."""
         ...
 
 
@@ -56,9 +57,9 @@ class PlainConsole:
     def stop(self) -> None:
         return None
 
-    def close(self, final: JobStatus) -> None:
+    def close(self, final: JobStatus, tracebacks: bool = True) -> None:
         self._printer(final)
-        self._emit(status_text(final, events=0))
+        self._emit(status_text(final, events=0, tracebacks=tracebacks))
 
 
 class LiveConsole:
@@ -98,11 +99,11 @@ class LiveConsole:
             self._live.stop()
             self._live = None
 
-    def close(self, final: JobStatus) -> None:
+    def close(self, final: JobStatus, tracebacks: bool = True) -> None:
         from dlu_api.cli.console_view import render
 
         self.stop()
-        self._console.print(render(self._model.update(final, self._clock())))
+        self._console.print(render(self._model.update(final, self._clock()), tracebacks))
 
 
 def stdout_is_terminal() -> bool:

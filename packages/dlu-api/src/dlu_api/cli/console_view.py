@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlu_api.cli.console_model import ConsoleState, Incident, RoleRow
+from dlu_api.cli.render import one_line
 
 STAGE_STYLES = {
     "PENDING": "yellow",
@@ -102,15 +103,16 @@ def incident_lines(state: ConsoleState) -> list[Text]:
         head.append(f"{where} ", "bold")
         head.append(f"{incident.kind}  ", "red")
         head.append_text(_recovery(incident, state.finished))
-        lines += [head, Text(f"           {incident.message}", no_wrap=True, overflow="ellipsis")]
+        lines += [head, Text(f"           {one_line(incident.message)}", no_wrap=True, overflow="ellipsis")]
     return lines
 
 
-def render(state: ConsoleState) -> RenderableType:
-    """The whole screen: header, roles, restarts, root cause, failures, recent events."""
+def render(state: ConsoleState, tracebacks: bool = True) -> RenderableType:
+    """The whole screen: header, roles, restarts, root cause, failures, recent events. A
+    failure's traceback shows once, in the root cause (`tracebacks` False: not at all)."""
     parts: list[RenderableType] = [header(state)]
     if state.reason and state.finished:
-        parts.append(Text(f"reason: {state.reason}"))
+        parts.append(Text(f"reason: {one_line(state.reason)}"))
     if state.roles:
         parts += [Text(""), roles_table(state)]
     parts += [Text(""), restarts_line(state)]
@@ -120,7 +122,8 @@ def render(state: ConsoleState) -> RenderableType:
         e = state.first_failure
         who = short_actor(e.actor, state.job) or e.role or "the job"
         node = f" on node {e.node_id[:12]}" if e.node_id else ""
-        parts.append(Text(f"root cause: {who}{node} ({e.kind}): {e.message}", "red"))
+        message = e.message if tracebacks else one_line(e.message)
+        parts.append(Text(f"root cause: {who}{node} ({e.kind}): {message}", "red"))
     if state.incidents:
         shown = len(state.incidents)
         more = f" (last {shown} of {state.incident_count})" if state.incident_count > shown else ""
@@ -131,6 +134,6 @@ def render(state: ConsoleState) -> RenderableType:
             where = short_actor(e.actor, state.job) or e.role
             line = Text(f"  {_clock(e.time)} ", "dim", no_wrap=True, overflow="ellipsis")
             line.append(f"{e.kind:<16} ", "cyan")
-            line.append(f"{where + ': ' if where else ''}{e.message}")
+            line.append(f"{where + ': ' if where else ''}{one_line(e.message)}")
             parts.append(line)
     return Group(*parts)

@@ -35,6 +35,15 @@ def role_line(role: RoleStatus, with_step: bool = False) -> str:
     return f"  {role.name} ({role.kind}): {size}{stage_text}{restarts}{resized}{step}"
 
 
+def one_line(text: str) -> str:
+    """A message's first line: a failure's traceback is shown once, in the root cause, not in
+    every event line and reason that quotes it."""
+    head, more, rest = text.partition("\n")
+    if not more:
+        return head
+    return head + (" (traceback elided)" if "Traceback (most recent call last)" in rest else " ...")
+
+
 def event_line(event: JobEvent, t0: float | None = None) -> str:
     when = (
         f"+{event.time - t0:7.2f}s"
@@ -42,7 +51,7 @@ def event_line(event: JobEvent, t0: float | None = None) -> str:
         else time.strftime("%H:%M:%S", time.localtime(event.time))
     )
     where = "/".join(p for p in (event.role, event.actor) if p)
-    return f"  {when} {event.kind:<18} {where + ': ' if where else ''}{event.message}"
+    return f"  {when} {event.kind:<18} {where + ': ' if where else ''}{one_line(event.message)}"
 
 
 def stall_notice(status: JobStatus) -> str | None:
@@ -58,12 +67,29 @@ def stall_notice(status: JobStatus) -> str | None:
     return None
 
 
-def status_text(status: JobStatus, events: int = 10) -> str:
+def _once(lines: list[str], tracebacks: bool) -> list[str]:
+    """`lines` with only the first traceback kept (indented under its line), or none."""
+    out: list[str] = []
+    for line in lines:
+        if tracebacks and "\n" in line:
+            out.append(line.replace("\n", "\n    "))
+            tracebacks = False
+        else:
+            out.append(one_line(line))
+    return out
+
+
+def status_text(status: JobStatus, events: int = 10, tracebacks: bool = True) -> str:
+    """The status as lines. A failure's traceback shows once: in the root cause (or the reason,
+    where there is none); with `tracebacks` False, nowhere (`dlu run` printed it already, from
+    the rank's tee'd stderr)."""
     lines = [f"job {status.name}: {status.stage.value}"]
     if status.exit_code is not None:
         lines[0] += f" (exit code {status.exit_code})"
+    cause_lines = _once(root_cause(status.events, status.first_failure).lines(), tracebacks)
     if status.reason:
-        lines.append(f"reason: {status.reason}")
+        full = tracebacks and not any("\n" in line for line in cause_lines)
+        lines.append(f"reason: {status.reason if full else one_line(status.reason)}")
     stalled = stall_notice(status)
     if stalled:
         lines.append(f"stalled: {stalled}")
@@ -79,10 +105,9 @@ def status_text(status: JobStatus, events: int = 10) -> str:
     ]
     if counters:
         lines.append("restarts: " + ", ".join(counters))
-    cause = root_cause(status.events, status.first_failure)
-    if cause.first_failure is not None or cause.recoveries:
+    if cause_lines:
         lines.append("root cause:")
-        lines += ["  " + line for line in cause.lines()]
+        lines += ["  " + line for line in cause_lines]
     if status.roles:
         lines.append("roles:")
         lines += [role_line(r, with_step=True) for r in status.roles]

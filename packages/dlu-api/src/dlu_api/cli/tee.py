@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from dlu_api.client.base import JobClient
 from dlu_api.errors import DLUError
+from dlu_api.rank_logs import MARKER_PREFIX as START_MARKER
 from dlu_api.rank_logs import STREAMS, RankFile, RankStreams, parse_modes
 from dlu_api.status import JobStatus
 
@@ -43,6 +44,10 @@ class RankTee:
         self._echo = echo
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._markers: set[str] = set()
+        self.traceback_shown = False
+        """Whether a traceback was printed (a failing rank's stderr): the final status then
+        does not print it again."""
 
     def see(self, status: JobStatus) -> None:
         """Called with every status: the first that names the run starts the follower."""
@@ -55,9 +60,21 @@ class RankTee:
         assert self._wanted is not None
         try:
             for line in self._client.tee_lines(status, self._wanted, self._stop):
-                self._echo(line)
+                if self._show(line):
+                    self._echo(line)
         except DLUError as exc:
             logger.warning("--tee: cannot follow the rank logs: %s", exc)
+
+    def _show(self, line: str) -> bool:
+        """Each rank's start marker once (it heads both its stdout and stderr files)."""
+        _, _, text = line.partition("] ")
+        if text.startswith(START_MARKER):
+            if text in self._markers:
+                return False
+            self._markers.add(text)
+        elif text.startswith("Traceback (most recent call last)"):
+            self.traceback_shown = True
+        return True
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
