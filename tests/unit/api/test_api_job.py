@@ -34,6 +34,8 @@ STATUSES = [
 class FakeClient(JobClient):
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.quiet: list[bool] = []
+        self.interrupts = 0  # how many waits a Ctrl-C ends
 
     def submit(self, spec: JobSpec) -> str:
         self.calls.append(("submit", spec))
@@ -45,6 +47,9 @@ class FakeClient(JobClient):
 
     def wait(self, name: str, on_update: StatusCallback | None = None) -> JobStatus:
         self.calls.append(("wait", name))
+        if self.interrupts:
+            self.interrupts -= 1
+            raise KeyboardInterrupt
         for status in STATUSES:
             if on_update is not None:
                 on_update(status)
@@ -76,8 +81,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClient, list[str | None]]
     client = FakeClient()
     addresses: list[str | None] = []
 
-    def connect(address: str | None = None, workdir: str | None = None) -> JobClient:
+    def connect(address: str | None = None, workdir: str | None = None, quiet: bool = False) -> JobClient:
         addresses.append(address)
+        client.quiet.append(quiet)
         return client
 
     monkeypatch.setattr(dlu_api.job, "connect", connect)
@@ -193,3 +199,28 @@ def test_scale_goes_to_the_jobs_client_by_name(fake: tuple[FakeClient, list[str 
         ("scale", ("demo", "worker", 3)),
         ("scale", ("demo", "worker", 1)),
     ]
+
+
+def spec() -> JobSpec:
+    return JobSpec.model_validate(SPEC_DATA)
+
+
+def test_run_is_quiet_unless_verbose(
+    fake: tuple[FakeClient, list[str | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = fake
+    monkeypatch.delenv("DLU_VERBOSE", raising=False)
+    Job(spec()).run()
+    Job(spec()).run(verbose=True)
+    monkeypatch.setenv("DLU_VERBOSE", "1")
+    Job(spec()).run()
+    assert client.quiet == [True, False, False]
+
+
+def test_ctrl_c_in_run_stops_the_job_then_raises(fake: tuple[FakeClient, list[str | None]]) -> None:
+    client, _ = fake
+    client.interrupts = 1
+    with pytest.raises(KeyboardInterrupt):
+        Job(spec()).run()
+    name = spec().name
+    assert [c for c in client.calls if c[0] != "submit"] == [("wait", name), ("stop", name), ("wait", name)]

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from dlu_api.cli.console_model import ConsoleModel
 from dlu_api.cli.render import ProgressPrinter, status_text
+from dlu_api.client.local import VERBOSE_ENV as VERBOSE_ENV  # where `--verbose` is read from
 from dlu_api.status import JobStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
-
-VERBOSE_ENV = "DLU_VERBOSE"
 
 
 def quiet_python_warnings() -> None:

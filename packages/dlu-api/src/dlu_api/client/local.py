@@ -27,6 +27,8 @@ INSTALL_HINT = (
 )
 
 
+VERBOSE_ENV = "DLU_VERBOSE"  # set: `dlu run` and `Job.run()` are not quiet (as `--verbose`)
+
 QUIET_RAY_OPTIONS: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
 """`ray.init` options of a quiet `dlu run`: no worker output forwarded to the driver (the
 PrimeMaster's INFO log, Ray's warnings from inside actors, the ranks' own output) and only
