@@ -222,3 +222,12 @@ def read_configured_channel() -> None:
     inputs = channel(worker.config["inputs"][worker.role])
     for _ in inputs.iterate(consumer_id()):
         pass
+
+
+def die_hard() -> None:
+    """The worker's process is killed outright mid-task (as by the OOM killer): Ray's raylet
+    reports "A worker died or was killed while executing a task" to the driver."""
+    import signal
+
+    time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -77,6 +77,8 @@ def init_local(**overrides: Any) -> str:
         )
         with pin_loopback(), lean, reaper.marked():  # what this Ray starts ends with this process
             ray.init(**options)
+        if not options.get("log_to_driver"):  # quiet: no "(raylet) A worker died ..." either
+            ray_private.quiet_raylet_messages()
     return str(ray.get_runtime_context().gcs_address)
 
 

@@ -92,6 +92,10 @@ SYMBOLS: dict[str, Private] = {
         _NODE, "Node.get_logs_dir_path", fallback="rank logs of a cluster job go under $DLU_HOME/logs on each node",
     ),
     "global_node": Private("ray._private.worker", "_global_node", kind="value", fallback="as node_logs_dir"),
+    "error_printer": Private(
+        "ray._private.worker", "print_to_stdstream", ("data", "ignore_prefix"),
+        fallback="a quiet `dlu run` shows the raylet's messages (e.g. \"A worker died\")",
+    ),
     "actor_restarted": Private(
         "ray.runtime_context", "RuntimeContext.was_current_actor_reconstructed", kind="property",
         fallback="an actor restarted by Ray is taken for a fresh one",
@@ -388,3 +392,30 @@ def session_logs_dir() -> str | None:
     except Exception as exc:  # a node object of another shape: fall back, visibly once
         logger.warning("cannot read the Ray node's log dir (%s); rank logs go under $DLU_HOME", exc)
         return None
+
+
+RAYLET_SOURCE = "raylet"  # the `pid` Ray's driver gives the messages its error listener prints
+
+
+def quiet_raylet_messages() -> bool:
+    """From now on, what Ray's driver prints of the raylet's error messages ("(raylet) A worker
+    died or was killed ...": a process of a job ending is what DLU reports itself, as an event)
+    goes to this module's log at DEBUG instead of stdout; what else it prints is unchanged.
+    Ray's error listener looks the printer up at each message, so replacing it suffices.
+    Returns whether it could (False, with one warning, where Ray changed)."""
+    if not available("error_printer"):
+        return False
+    owner, original, name = _resolve(SYMBOLS["error_printer"])
+    if getattr(original, "dlu_quiet", False):
+        return True
+
+    def printer(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == RAYLET_SOURCE:
+            for line in data.get("lines", []):
+                logger.debug("(raylet) %s", line)
+            return
+        original(data, ignore_prefix)
+
+    printer.dlu_quiet = True  # type: ignore[attr-defined]
+    setattr(owner, name, printer)
+    return True
