@@ -33,6 +33,7 @@ class Health:
     errors: list[JobEvent] = field(default_factory=list[JobEvent])
     lock: threading.Lock = field(default_factory=threading.Lock)
     on_report: Callable[[], None] | None = None  # pushes a report at once instead of at the next poll
+    step_offset: int = 0  # what `dlu debug set-step` added to the steps the worker's own beats carry
 
     def beat(self, step: int | None, metric: float | None) -> None:
         """A beat from the worker's own loop: from now on it is judged by its beats."""
@@ -49,13 +50,24 @@ class Health:
             self.last_heartbeat = time.time()
             self.beats += 1
             if step is not None:
-                self.step = step
+                self.step = step + self.step_offset
             if metric is not None:
                 self.metric = metric
+
+    def set_step(self, step: int) -> None:
+        """`dlu debug set-step`: the reported step becomes `step` and goes on from there, the
+        worker's own beats shifted by the difference (a beat does not undo it), until `pause()`
+        (a restart or rendezvous: the worker's own count is its truth again)."""
+        with self.lock:
+            self.step_offset = step - (self.step - self.step_offset)
+            self.step = step
 
     def pause(self) -> None:
         """No beats are due until the next one (a restart, a rendezvous): stop judging them."""
         with self.lock:
+            if self.step_offset:
+                self.step -= self.step_offset
+                self.step_offset = 0
             self.watched = False
             self.steps_reported = False
             self.last_heartbeat = time.time()

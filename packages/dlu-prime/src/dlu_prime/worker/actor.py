@@ -225,12 +225,17 @@ class WorkerActor:
         self.health.report(message)
 
     def set_step(self, step: int) -> int:
-        """Set the training step; the user's instance is told through its `set_step`, if any."""
+        """Set the training step. A user instance with `set_step` is told, and its beats carry
+        the new step from then on; otherwise the beats of the worker's own loop are shifted to
+        go on from `step` (Health.set_step), so the next one does not undo it."""
         hook = getattr(self.entry.instance, "set_step", None) if self.entry else None
         if callable(hook):
             hook(step)
-        with self.health.lock:
-            self.health.step = step
+            with self.health.lock:
+                self.health.step_offset = 0
+                self.health.step = step
+        else:
+            self.health.set_step(step)
         return step
 
     def status(self) -> dict[str, Any]:
