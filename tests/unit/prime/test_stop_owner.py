@@ -3,6 +3,7 @@ the pid written in it has the start time its owner wrote (a pid alone may have b
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -117,3 +118,26 @@ def test_delete_removes_a_stopped_record_and_refuses_a_running_job(files: JobFil
     assert not files.path(JOB).exists()
     with pytest.raises(JobNotFoundError):
         LocalJobClient().delete(JOB)
+
+
+def test_a_stop_while_stopping_is_a_second_ctrl_c(files: JobFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No mailbox request then: SIGINT at once, as a second Ctrl-C."""
+    from dlu_prime.local import LocalJobClient
+
+    def no_request(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a stop while STOPPING asked the mailbox")
+
+    owner = _start(OWNER, files.lock_path(JOB))
+    try:
+        record = {
+            "status": JobStatus(name=JOB, stage=JobStage.STOPPING).model_dump(mode="json"),
+            "pid": owner.pid,
+        }
+        files.path(JOB).write_text(json.dumps(record))
+        assert files.status(JOB)[0].stage is JobStage.STOPPING
+        monkeypatch.setattr(JobFiles, "ask", no_request)
+        LocalJobClient().stop(JOB)
+        assert owner.wait(30) != 0
+    finally:
+        owner.kill()
+        owner.wait(30)

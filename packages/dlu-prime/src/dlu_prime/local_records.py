@@ -58,7 +58,8 @@ class LocalRecords(JobClient):
         """Ask the process that runs the job to stop it cleanly: through its mailbox first (it
         answers whatever its signal dispositions; a `dlu run` started in the background by a
         non-interactive shell ignores SIGINT), then, with no answer, SIGINT as Ctrl-C would.
-        A job that has already ended is left as it is.
+        A job already STOPPING gets SIGINT, as a second Ctrl-C: stopped at once. A job that has
+        already ended is left as it is.
 
         Raises:
             JobNotFoundError: no such job, or no process runs it (LOST); or its process could
@@ -81,13 +82,14 @@ class LocalRecords(JobClient):
                 f"file {self.files.lock_path(name)} names a pid whose start time differs, or none); "
                 "nothing was signalled. If the job's `dlu run` still runs, stop it there with Ctrl-C."
             )
-        request = {"action": "stop", "role": "", "rank": None, "step": None}
-        try:
-            answer = self.files.ask(name, request, timeout_s=STOP_ANSWER_S)
-        except JobNotFoundError:
-            answer = None  # not following the job (busy, or a program that never waits): signal it
-        if answer is not None and "error" not in answer:
-            return
+        if status.stage is not JobStage.STOPPING:  # a stop while one runs is a second Ctrl-C
+            request = {"action": "stop", "role": "", "rank": None, "step": None}
+            try:
+                answer = self.files.ask(name, request, timeout_s=STOP_ANSWER_S)
+            except JobNotFoundError:
+                answer = None  # not following the job (busy, or a program that never waits)
+            if answer is not None and "error" not in answer:
+                return
         try:
             os.kill(owner, signal.SIGINT)
         except ProcessLookupError:

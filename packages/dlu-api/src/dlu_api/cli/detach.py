@@ -5,7 +5,7 @@ and watches the status until RUNNING. Local: the job's controller (embedded Ray,
 the `dlu run` that follows the job) must outlive this command, so it runs as a `dlu run` in a
 detached process (its own session, output to `$DLU_HOME/jobs/<name>.detached/console.log`);
 this command watches the job's record until that process runs the job and it is RUNNING.
-Stopping either is `dlu stop NAME` (locally: SIGINT to that process, as Ctrl-C would).
+Stopping either is `dlu stop NAME` (locally: a stop request to that process, as Ctrl-C would).
 """
 
 from __future__ import annotations
