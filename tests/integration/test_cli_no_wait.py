@@ -88,7 +88,12 @@ def test_run_no_wait_leaves_the_job_running_in_a_detached_process(box: Box, tmp_
     wait_until(lambda: not alive(pid), "the detached run's end", timeout_s=90)
     final = json.loads(box.dlu("status", "nowait", "--json").stdout)
     assert final["exit_code"] == 130
-    assert "nowait\tSTOPPED exit=130\tlocal" in box.dlu("list").stdout
+    listed = {j["name"]: j for j in json.loads(box.dlu("list", "--json").stdout)}
+    assert (listed["nowait"]["stage"], listed["nowait"]["exit_code"], listed["nowait"]["where"]) == (
+        "STOPPED",
+        130,
+        "local",
+    )
     console = box.home / "jobs" / "nowait.detached" / "console.log"
     log = console.read_text()
     assert "job nowait: STOPPED (exit code 130)" in log

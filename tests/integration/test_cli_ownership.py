@@ -145,7 +145,8 @@ def test_one_name_runs_once_and_a_killed_run_leaves_nothing(box: Box, tmp_path: 
     # Its record reads LOST everywhere; `dlu stop` says it is not running.
     status = json.loads(box.dlu("status", name, "--json").stdout)
     assert status["stage"] == "LOST" and f"process {owner.pid}" in status["reason"], status
-    assert f"{name}\tLOST\tlocal" in box.dlu("list").stdout
+    listed = {j["name"]: j for j in json.loads(box.dlu("list", "--json").stdout)}
+    assert (listed[name]["stage"], listed[name]["where"]) == ("LOST", "local")
     stopped = box.dlu("stop", name)
     assert stopped.returncode == 2 and "is not running (LOST)" in stopped.stderr, stopped.stderr
     assert box.stage(name) == "RUNNING"  # the record is kept as written; it is read as LOST

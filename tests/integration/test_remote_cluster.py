@@ -105,8 +105,9 @@ def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
     assert nodes.count(ray_cluster.worker_nodes[0]) == 2
     assert (tmp_path / "ckpt" / "final_loss.txt").exists()
 
-    listed = dlu(driver_venv, "list", "--address", ray_cluster.address, cwd=tmp_path)
-    assert re.search(r"^lm-remote\tSTOPPED exit=0\t", listed.stdout, re.M), listed.stdout
+    listed = dlu(driver_venv, "list", "--json", "--address", ray_cluster.address, cwd=tmp_path)
+    jobs = {j["name"]: j for j in json.loads(listed.stdout)}
+    assert (jobs["lm-remote"]["stage"], jobs["lm-remote"]["exit_code"]) == ("STOPPED", 0), listed.stdout
     assert "probe" not in listed.stdout
 
 

@@ -101,9 +101,10 @@ def test_status_events_debug_add_no_ray_job_and_stop_goes_through_the_mailbox(
         assert ray_job_ids(ray_cluster) == before
     finally:
         dlu(driver_venv, "stop", "quick", *address, cwd=tmp_path)
-    listed = dlu(driver_venv, "list", *address, cwd=tmp_path).stdout
-    (line,) = [p for p in listed.splitlines() if p.startswith("quick\t")]
-    assert line.startswith(f"quick\tSTOPPED exit={final['exit_code']}\t"), (line, final["exit_code"])
+    listed = {
+        j["name"]: j for j in json.loads(dlu(driver_venv, "list", "--json", *address, cwd=tmp_path).stdout)
+    }
+    assert (listed["quick"]["stage"], listed["quick"]["exit_code"]) == ("STOPPED", final["exit_code"])
     assert final["exit_code"] == 130
 
 
