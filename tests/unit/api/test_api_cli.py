@@ -693,3 +693,12 @@ def test_status_shows_an_elastic_roles_nodes_min_max_and_pending() -> None:
     assert role_line(pending) == "  t (elastic): nodes 1 (min 1, max 2, 1 pending), no actors"
     full = RoleStatus(name="t", kind="elastic", size=4, nodes=2, min_nodes=1, max_nodes=2, pending_nodes=0)
     assert role_line(full) == "  t (elastic): nodes 2 (min 1, max 2), no actors"
+
+
+def test_stop_of_a_lost_job_says_it_is_not_running(fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    lost = JobStatus(name="x", stage=JobStage.LOST, reason="its process is gone")
+    monkeypatch.setattr(fake, "status", lambda name: lost)
+    result = runner.invoke(app, ["stop", "x"])
+    assert result.exit_code == 2
+    assert "error: job x is not running (LOST): its process is gone" in result.output
+    assert ("stop", "x") not in fake.calls

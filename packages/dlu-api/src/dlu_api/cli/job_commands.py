@@ -15,7 +15,7 @@ from dlu_api.cli.render import jobs_table, status_text
 from dlu_api.cli.shared import AddressOpt, app, fail
 from dlu_api.client import JobClient, connect_existing
 from dlu_api.errors import DLUError
-from dlu_api.status import JobStatus
+from dlu_api.status import JobStage, JobStatus
 
 STOP_WAIT_S = 60.0
 _STOP_POLL_S = 0.5
@@ -73,9 +73,10 @@ def stop(
     try:
         client = connect_existing(address)
         current = client.status(job)
+        if current.stage is JobStage.LOST:  # its processes are gone: nothing to stop
+            raise DLUError(f"job {job} is not running (LOST): {current.reason}")
         if current.finished:
-            ended = "is already stopped" if current.stage.value == "STOPPED" else "is not running"
-            typer.echo(f"job {job} {ended}: {_ended(current)}")
+            typer.echo(f"job {job} is already stopped: {_ended(current)}")
             return
         client.stop(job)
         typer.echo(f"stopping job {job} (was {current.stage.value}) ...")
