@@ -57,6 +57,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     # the Cluster: 3 nodes x 2 ranks (nnodes 2:3), shrinking to 2 and growing back
     Bench("elastic_resize.py", args=("--nodes", "3", "--nproc", "2"), quick_args=None, uses_ray=True),
     Bench("scale_simple.py", quick_args=None, uses_ray=True),
+    Bench("local_status.py", quick_args=None, uses_ray=True),  # `dlu status` of a local job, no Ray
     Bench("soak.py", quick_args=None, uses_ray=True),
     Bench(
         "chaos.py",
