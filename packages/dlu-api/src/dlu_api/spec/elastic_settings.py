@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from dlu_api.spec.model_base import MAX_COUNT, MAX_PER_NODE, MAX_SECONDS, SpecModel
 from dlu_api.spec.torchrun import parse_nnodes
@@ -36,6 +36,28 @@ class NodeCheckSettings(SpecModel):
     exclude_stragglers: bool = False
     matmul_size: int = Field(default=1024, ge=16, le=65_536, description="Side of the square matmul.")
     allreduce_mb: float = Field(default=16.0, gt=0, le=65_536, description="Size of the allreduce payload.")
+
+
+class CheckpointSettings(SpecModel):
+    """Flash checkpoints' durable copies: every k-th committed step written by the agents."""
+
+    persist_every: int = Field(
+        ge=1, description="Write every k-th committed step to `dir` in the background (k >= 1)."
+    )
+    dir: str = Field(
+        min_length=1,
+        description="Local folder (shared by the nodes for a multi-node job) for the durable copies; "
+        "each role writes under <dir>/<role>.",
+    )
+
+    @model_validator(mode="after")
+    def _absolute(self) -> CheckpointSettings:
+        if not self.dir.startswith("/"):
+            raise ValueError(
+                f"checkpoint.dir must be an absolute path (got {self.dir!r}): the agents run in "
+                "other working folders"
+            )
+        return self
 
 
 class ElasticSettings(SpecModel):
@@ -73,6 +95,11 @@ class ElasticSettings(SpecModel):
         le=MAX_SECONDS,
         description="With a MIN:MAX range, how long a node's ranks may stay unplaceable (Ray restarting "
         "them) before the node counts as lost for good and the role shrinks in place.",
+    )
+    checkpoint: CheckpointSettings | None = Field(
+        default=None,
+        description="Persist flash checkpoints (dlu_elastic.checkpoint) every k-th step to a folder; "
+        "absent: they live in memory only.",
     )
     resize_interval_s: float = Field(
         default=60.0,

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from dlu_api.spec.elastic_settings import CommBackend, ElasticSettings, NodeCheckSettings
+from dlu_api.spec.elastic_settings import CheckpointSettings, CommBackend, ElasticSettings, NodeCheckSettings
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.job_settings import HealthSettings, Limits, LogsSettings, MasterSettings, StateStoreSpec
 from dlu_api.spec.model_base import (
@@ -43,6 +43,7 @@ __all__ = [
     "API_VERSION",
     "NAME_PATTERN",
     "ROLE_PATTERN",
+    "CheckpointSettings",
     "Collocation",
     "CommBackend",
     "DeviceType",

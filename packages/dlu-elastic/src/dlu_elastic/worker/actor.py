@@ -19,11 +19,15 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
+from dlu_elastic.checkpoint import shm as checkpoint_shm
+from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV
+from dlu_elastic.checkpoint.persist import Persister
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.worker import error_file, store
@@ -106,6 +110,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self.logs = self.info.logs_settings()
         self._check_entrypoint()
         self.class_mode = is_class_entrypoint(self.info.entrypoint, self.info.workdir)
+        self._setup_checkpoints()
         self.launcher = TrainingLauncher()
         if not self.class_mode:
             self.launcher.prepare()  # the node's zygote imports torch meanwhile
@@ -120,6 +125,47 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self._script_beats = False  # a process of this rank has beaten: the next ones must too
         self.stage = ActorStage.READY
         return self.identity()
+
+    def _setup_checkpoints(self) -> None:
+        """This rank's flash-checkpoint slots live in a folder this agent owns (it outlives the
+        training process); their durable copies are written by this agent's persister."""
+        self._ckpt_folder = (
+            None if self.class_mode else checkpoint_shm.create(self.info.job, self.info.actor_name)
+        )
+        self._ckpt_reaper = checkpoint_shm.start_reaper(self._ckpt_folder) if self._ckpt_folder else None
+        self._persister: Persister | None = None
+        self._persist_base: str | None = None
+        settings = self.elastic.checkpoint
+        if self._ckpt_folder is None or settings is None:
+            return
+        base = os.path.join(settings.dir, self.info.role)
+        self._persist_base = base
+        self._persister = Persister(
+            self._ckpt_folder, Path(base), settings.persist_every, self._record_event
+        ).start()
+
+    def _record_event(self, kind: str, message: str) -> None:
+        """An event in the job's timeline, through the PrimeMaster (best effort: it may be away)."""
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, master_name
+
+        try:
+            master = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
+            master.record_event.remote(kind, message, self.info.role)
+        except Exception as exc:
+            logger.warning("%s: could not record event %s (%s): %s", self.info.actor_name, kind, message, exc)
+
+    def _end_checkpoints(self) -> None:
+        persister, self._persister = getattr(self, "_persister", None), None
+        if persister is not None:
+            persister.stop()
+        folder, self._ckpt_folder = getattr(self, "_ckpt_folder", None), None
+        if folder is not None:
+            checkpoint_shm.remove(folder)
+        reaper, self._ckpt_reaper = getattr(self, "_ckpt_reaper", None), None
+        if reaper is not None:
+            os.close(reaper)
 
     def _check_entrypoint(self) -> None:
         """Self check without importing user code (it runs in the training process)."""
@@ -225,6 +271,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         if self.process is not None:
             self.process.terminate(2.0)
         self._end_store(wait=True)
+        self._end_checkpoints()
 
     # the agent loop (one round's steps: agent_loop.py) ------------------------------------------
     def _agent(self) -> None:
@@ -348,6 +395,10 @@ class ElasticWorkerActor(ElasticAgentLoop):
             error_file.error_file(log_root(self.logs), info.job, info.run_id, info.role, state.rank_offset)
         )
         env["DLU_CONFIG_JSON"] = json.dumps(info.config)
+        if self._ckpt_folder is not None:
+            env[checkpoint_shm.FOLDER_ENV] = str(self._ckpt_folder)
+        if self._persist_base is not None:
+            env[PERSIST_DIR_ENV] = self._persist_base
         return ProcessSpec(
             info.entrypoint,
             env=env,

@@ -1,0 +1,287 @@
+"""`save(step, state)` into the agent's shared memory; `load()` the newest step all ranks have.
+
+Commit rule (the whole protocol): a step is committed when every rank's slot holds it complete.
+Each rank has two slots; a save overwrites the slot that does not hold the newest step this
+process knows to be committed, so a crash mid-save (or a rank that never finishes its save)
+leaves that step whole on every rank. A rank learns that its last save is committed at its
+next save, from a counter in the round's TCPStore (each rank adds 1 after its copy; the step
+is committed when the counter equals the world size); until then it keeps overwriting the same
+in-flight slot. `load()` gathers every rank's complete steps (one all_gather) and restores the
+largest step they share, so every rank resumes the same step; with none in memory it reads the
+newest step every rank persisted to disk (see disk.py), and otherwise says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlu_elastic.checkpoint import disk, shm
+from dlu_elastic.checkpoint.layout import (
+    CheckpointError,
+    TensorEntry,
+    check_same_layout,
+    dtype_of,
+    dumps_meta,
+    fill,
+    rebuild,
+    split,
+    table,
+)
+from dlu_elastic.checkpoint.slot import PAYLOAD_OFFSET, SLOTS, SlotWriter, Snapshot, slot_path, snapshot
+
+logger = logging.getLogger(__name__)
+
+PERSIST_DIR_ENV = "DLU_CHECKPOINT_PERSIST_DIR"
+# Fault injection (tests, benchmarks): "<step>:<rank>": that rank's process SIGKILLs itself
+# half-way through copying that step, in the job's first round only.
+KILL_MID_SAVE_ENV = "DLU_FAULT_CHECKPOINT_KILL_MID_SAVE"
+_KEY = "dlu_ckpt/done/{}"
+
+
+class NoCheckpoint(CheckpointError):
+    """No step was committed by every rank, in memory or on disk."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `load()` found: the step, this rank's state, and where it came from."""
+
+    step: int
+    state: Any
+    source: str  # "memory" or "disk"
+    where: str
+
+
+def _rank_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
+
+
+def _store() -> Any:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise CheckpointError(
+            "a checkpoint of several ranks needs torch.distributed initialized before save/load "
+            "(DLU does it unless the role sets elastic.setup_process_group: false)"
+        )
+    return distributed_c10d._get_default_store()  # pyright: ignore[reportPrivateUsage]
+
+
+class FlashCheckpointer:
+    """One training process's view of its agent's two slots (see the module docstring)."""
+
+    def __init__(self, folder: Path | None = None, persist_dir: str | None = None) -> None:
+        where = folder or (Path(os.environ[shm.FOLDER_ENV]) if os.environ.get(shm.FOLDER_ENV) else None)
+        if where is None or not where.is_dir():
+            raise CheckpointError(
+                f"no checkpoint folder: run under a DLU elastic role (its agent sets {shm.FOLDER_ENV}) "
+                "or pass FlashCheckpointer(folder=...)"
+            )
+        self.folder = where
+        persist = persist_dir if persist_dir is not None else os.environ.get(PERSIST_DIR_ENV)
+        self.persist_dir = Path(persist) if persist else None
+        self._writers = [SlotWriter(slot_path(where, i)) for i in range(SLOTS)]
+        self._layout: list[TensorEntry] | None = None
+        self._committed: tuple[int, int] | None = None  # (slot, step) known committed by all
+        self._inflight: tuple[int, int] | None = None  # (slot, step) saved, not known committed
+        self._fresh = True  # no save or load yet in this process
+        self._calls = 0  # gathers so far (every rank makes the same ones)
+
+    # save ---------------------------------------------------------------------------------------
+    def save(self, step: int, state: Any) -> None:
+        """Copy `state` into shared memory; returns once the copy is done (the caller may then
+        change its tensors). Every rank calls it with the same steps; a DDP job may pass its
+        state on rank 0 and None elsewhere (load() then hands rank 0's state to every rank)."""
+        rank, world = _rank_world()
+        skeleton, tensors = split(state)
+        entries, payload_len = table(tensors)
+        if self._layout is not None:
+            check_same_layout(self._layout, entries)
+        meta = dumps_meta(skeleton, entries, {"empty": state is None})
+        if self._fresh:
+            self._forget_old_slots(rank, world)
+        self._learn_commit(world)
+        target = self._target()
+        writer = self._writers[target]
+        other = self._writers[1 - target]
+        need = PAYLOAD_OFFSET + payload_len
+        writer.reserve(payload_len, others=max(0, need - other.size))
+        other.reserve(payload_len, others=0)
+        end_seq = writer.begin(rank, world)
+        writer.write_meta(meta)
+        if payload_len:
+            dst = writer.payload(payload_len)
+            kill_at = _kill_after(step, rank, len(tensors))
+            for index, (entry, (_, tensor)) in enumerate(zip(entries, tensors, strict=True)):
+                if index == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if entry.nbytes:
+                    src = tensor.detach().reshape(-1).view(torch.uint8)
+                    dst[entry.offset : entry.offset + entry.nbytes].copy_(src)
+            del dst
+        writer.finish(end_seq, step, len(meta), payload_len, rank, world)
+        self._layout = entries
+        self._inflight = (target, step)
+        if world > 1:
+            _store().add(_KEY.format(step), 1)
+
+    def _forget_old_slots(self, rank: int, world: int) -> None:
+        """A process that saves before loading starts afresh: older slots must not win a load."""
+        self._fresh = False
+        for writer in self._writers:
+            if writer.map is not None:
+                writer.begin(rank, world)
+
+    def _learn_commit(self, world: int) -> None:
+        if self._inflight is None:
+            return
+        slot, step = self._inflight
+        if world == 1 or int(_store().add(_KEY.format(step), 0)) >= world:
+            self._committed, self._inflight = (slot, step), None
+
+    def _target(self) -> int:
+        if self._committed is not None:
+            return 1 - self._committed[0]
+        if self._inflight is not None:
+            return self._inflight[0]  # nothing known committed: keep rewriting the same slot
+        return 0
+
+    # load ---------------------------------------------------------------------------------------
+    def own_steps(self) -> dict[int, int]:
+        """This rank's complete steps in memory: step -> slot."""
+        steps: dict[int, int] = {}
+        for index, writer in enumerate(self._writers):
+            header = writer.header()
+            if header is not None and header.complete:
+                steps[header.step] = index
+        return steps
+
+    def load(self, missing_ok: bool = False) -> Restored | None:
+        """The newest step every rank committed (same step on every rank): from memory, else
+        from disk; None (missing_ok) or NoCheckpoint when there is none."""
+        rank, world = _rank_world()
+        own = self.own_steps()
+        mine = {step: (h.rank, h.world) for step, slot in own.items() if (h := self._writers[slot].header())}
+        everyone = self._gather((rank, mine), world)
+        common = set.intersection(*[{s for s, rw in m.items() if rw == (r, world)} for r, m in everyone])
+        self._fresh = False
+        if common:
+            step = max(common)
+            slot = own[step]
+            snap = snapshot(slot_path(self.folder, slot))
+            if snap is None:
+                raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
+            self._committed, self._inflight = (slot, step), None
+            state = self._share_empty(_state_of(snap), world)
+            return Restored(step, state, "memory", str(slot_path(self.folder, slot)))
+        restored = self._from_disk(rank, world)
+        if restored is not None:
+            for writer in self._writers:  # memory holds nothing all ranks share: start over
+                if writer.map is not None:
+                    writer.begin(rank, world)
+            return restored
+        if missing_ok:
+            return None
+        seen = ", ".join(f"rank {r}: {sorted(m) or 'none'}" for r, m in everyone)
+        raise NoCheckpoint(
+            f"no step is committed by all {world} ranks (steps in memory: {seen}; disk: "
+            f"{self.persist_dir or 'not configured'}): start from scratch, or load(missing_ok=True)"
+        )
+
+    def _from_disk(self, rank: int, world: int) -> Restored | None:
+        if self.persist_dir is None:
+            return None
+        steps = [s for s, w in disk.complete_steps(self.persist_dir).items() if w == world]
+        if not steps:
+            return None
+        step = max(steps)
+        snap = disk.read(self.persist_dir, step, rank, world)
+        state = self._share_empty(_state_of(snap), world)
+        return Restored(step, state, "disk", str(disk.step_folder(self.persist_dir, step)))
+
+    def _gather(self, mine: Any, world: int) -> list[Any]:
+        """Every rank's `mine`, through the round's TCPStore (no numpy: not *_object)."""
+        if world == 1:
+            return [mine]
+        import torch.distributed as dist
+
+        store = _store()
+        self._calls += 1
+        keys = [f"dlu_ckpt/gather/{self._calls}/{r}" for r in range(world)]
+        store.set(keys[dist.get_rank()], pickle.dumps(mine))
+        store.wait(keys)
+        return [pickle.loads(store.get(key)) for key in keys]
+
+    def _share_empty(self, state: tuple[bool, Any], world: int) -> Any:
+        """A DDP job saved on rank 0 only: every rank gets rank 0's state (tensors broadcast)."""
+        empty, value = state
+        if world == 1 or not any(self._gather(empty, world)):
+            return value
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        skeleton, tensors = split(value) if rank == 0 else (None, [])
+        entries = table(tensors)[0] if rank == 0 else None
+        skeleton, entries = self._gather((skeleton, entries), world)[0]
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        out: list[torch.Tensor] = []
+        for index, entry in enumerate(entries):
+            if rank == 0:
+                buf = tensors[index][1].detach().reshape(-1).view(torch.uint8).to(device)
+            else:
+                buf = torch.empty(entry.nbytes, dtype=torch.uint8, device=device)
+            if entry.nbytes:
+                dist.broadcast(buf, src=0)
+            out.append(buf.cpu().view(dtype_of(entry.dtype)).reshape(entry.shape))
+        return value if not empty else fill(skeleton, out)
+
+    def close(self) -> None:
+        for writer in self._writers:
+            writer.close()
+
+
+def _kill_after(step: int, rank: int, count: int) -> int | None:
+    """The tensor index at which the fault injection kills this save, if it does."""
+    spec = os.environ.get(KILL_MID_SAVE_ENV)
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return None
+    at_step, at_rank = (int(x) for x in spec.split(":"))
+    return max(1, count // 2) if (at_step, at_rank) == (step, rank) else None
+
+
+def _state_of(snap: Snapshot) -> tuple[bool, Any]:
+    meta = pickle.loads(snap.meta)
+    return bool(meta.get("empty")), rebuild(meta["skeleton"], meta["entries"], memoryview(snap.payload))
+
+
+_default: FlashCheckpointer | None = None
+
+
+def default() -> FlashCheckpointer:
+    global _default
+    if _default is None:
+        _default = FlashCheckpointer()
+    return _default
+
+
+def save(step: int, state: Any) -> None:
+    """Save `state` as `step` into this rank's agent memory (see FlashCheckpointer.save)."""
+    default().save(step, state)
+
+
+def load(missing_ok: bool = False) -> Restored | None:
+    """The newest step every rank committed (see FlashCheckpointer.load)."""
+    return default().load(missing_ok)

@@ -1,0 +1,88 @@
+"""Training functions for tests/integration/test_flash_checkpoint.py (run in training processes).
+
+`train` trains a deterministic toy state for STEPS steps (an allreduce per step keeps the ranks
+in lock step, as DDP does), saves it with dlu_elastic.checkpoint after every step and records,
+per rank: each saved step's checksum, and per process start what load() returned. The test
+compares the checksum of the restored state with the one recorded when that step was saved.
+Knobs (environment): OUT_DIR, STEPS, KILL_AFTER_SAVE ("step:rank": SIGKILL after that save,
+first round only), and dlu_elastic's DLU_FAULT_CHECKPOINT_KILL_MID_SAVE.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+
+def checksum(state: dict[str, Any]) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(state["tensors"]):
+        tensor = state["tensors"][key]
+        digest.update(f"{key}:{tensor.dtype}:{list(tensor.shape)}".encode())
+        digest.update(bytes(tensor.contiguous().view(-1).view(__import__("torch").uint8).tolist()))
+    digest.update(json.dumps(state["meta"], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _fresh(rank: int) -> dict[str, Any]:
+    import torch
+
+    return {
+        "tensors": {
+            "w": torch.full((64, 32), float(rank), dtype=torch.float64),
+            "h": torch.zeros(100, dtype=torch.bfloat16),
+            "n": torch.zeros(7, dtype=torch.int32),
+            "mask": torch.zeros(5, dtype=torch.bool),
+        },
+        "meta": {"rank": rank, "step": 0, "note": "flash"},
+    }
+
+
+def _advance(state: dict[str, Any], step: int) -> None:
+    t = state["tensors"]
+    t["w"].mul_(1.01).add_(step)
+    t["h"].add_(1)
+    t["n"] += step
+    t["mask"][step % 5] = not bool(t["mask"][step % 5])
+    state["meta"]["step"] = step
+
+
+def train() -> None:
+    import torch
+    import torch.distributed as dist
+
+    from dlu_elastic import checkpoint
+
+    rank = dist.get_rank()
+    out = Path(os.environ["OUT_DIR"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    steps = int(os.environ.get("STEPS", "12"))
+    restored = checkpoint.load(missing_ok=True)
+    state = restored.state if restored is not None else _fresh(rank)
+    start = restored.step if restored is not None else 0
+    record = {
+        "attempt": attempt,
+        "step": start,
+        "source": restored.source if restored is not None else None,
+        "checksum": checksum(state) if restored is not None else None,
+    }
+    (out / f"start-r{rank}-a{attempt}.json").write_text(json.dumps(record))
+    kill = os.environ.get("KILL_AFTER_SAVE")
+    kill_step, kill_rank = (int(x) for x in kill.split(":")) if kill else (-1, -1)
+    for step in range(start + 1, steps + 1):
+        _advance(state, step)
+        lockstep = torch.ones(1)
+        dist.all_reduce(lockstep)
+        checkpoint.save(step, state)
+        sums = out / f"sum-r{rank}-s{step}.txt"
+        if not sums.exists():
+            sums.write_text(checksum(state))
+        if attempt == 0 and (step, rank) == (kill_step, kill_rank):
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(float(os.environ.get("STEP_SLEEP_S", "0")))
+    (out / f"done-r{rank}.json").write_text(json.dumps({"step": steps, "checksum": checksum(state)}))
