@@ -5,6 +5,7 @@ outlives the training process); `load()` returns the newest step every rank comm
 memory after an in-place restart, else from the persisted copies. See docs/checkpointing.md.
 """
 
+from dlu_elastic.checkpoint import disk, shm
 from dlu_elastic.checkpoint.api import FlashCheckpointer, NoCheckpoint, Restored, load, save
 from dlu_elastic.checkpoint.layout import CheckpointError, LayoutChanged
 from dlu_elastic.checkpoint.slot import ShmFull
@@ -16,6 +17,8 @@ __all__ = [
     "NoCheckpoint",
     "Restored",
     "ShmFull",
+    "disk",
     "load",
     "save",
+    "shm",
 ]
