@@ -71,7 +71,8 @@ def train() -> None:
         "source": restored.source if restored is not None else None,
         "checksum": checksum(state) if restored is not None else None,
     }
-    (out / f"start-r{rank}-a{attempt}.json").write_text(json.dumps(record))
+    with open(out / f"starts-r{rank}.jsonl", "a") as starts:  # one line per process start
+        starts.write(json.dumps(record) + "\n")
     kill = os.environ.get("KILL_AFTER_SAVE")
     kill_step, kill_rank = (int(x) for x in kill.split(":")) if kill else (-1, -1)
     for step in range(start + 1, steps + 1):

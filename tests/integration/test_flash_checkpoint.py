@@ -5,7 +5,10 @@ the middle of one resume the newest step every rank committed, with the very ten
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +56,23 @@ def run(spec: Any) -> JobStatus:
     return launcher.run_job(spec, str(HERE))
 
 
-def starts(out: Path, attempt: int) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(out.glob(f"start-r*-a{attempt}.json"))]
+def starts(out: Path, rank: int) -> list[dict[str, Any]]:
+    """What load() gave each process start of `rank`, in order."""
+    return [json.loads(line) for line in (out / f"starts-r{rank}.jsonl").read_text().splitlines()]
 
 
-def assert_resumed(out: Path, step: int, source: str, world: int = 2) -> None:
-    """Every rank of the second attempt restored `step` from `source`, with the saved bytes."""
-    second = starts(out, 1)
-    assert len(second) == world, second
-    for rank, record in enumerate(second):
-        assert (record["step"], record["source"]) == (step, source), record
-        assert record["checksum"] == (out / f"sum-r{rank}-s{step}.txt").read_text()
+def assert_resumed(out: Path, step: int | None, source: str | None, world: int = 2) -> int:
+    """Every rank's second start restored `step` (None: any) from `source`, with the bytes saved
+    at that step (checksums); returns the step."""
+    seconds = [starts(out, rank) for rank in range(world)]
+    assert all(len(s) == 2 for s in seconds), seconds
+    resumed = {s[1]["step"] for s in seconds}
+    assert len(resumed) == 1, seconds  # every rank resumes the same step
+    for rank, (_, record) in enumerate(seconds):
+        assert record["source"] == source and (step is None or record["step"] == step), record
+        if source is not None:
+            assert record["checksum"] == (out / f"sum-r{rank}-s{record['step']}.txt").read_text()
+    return resumed.pop()
 
 
 def leftovers(job: str, wait_s: float = 30.0) -> list[Path]:
@@ -97,5 +106,47 @@ def test_sigkill_mid_save_keeps_the_previous_committed_step(ray_session: Any, tm
 def test_fresh_run_finds_nothing_committed(ray_session: Any, tmp_path: Path) -> None:
     status = run(flash_job("flash-fresh", {"OUT_DIR": str(tmp_path), "STEPS": "2"}))
     assert status.exit_code == 0, status.reason
-    assert [r["step"] for r in starts(tmp_path, 0)] == [0, 0]
+    assert [starts(tmp_path, r) for r in (0, 1)] == [
+        [{"attempt": 0, "step": 0, "source": None, "checksum": None}]
+    ] * 2
     assert not leftovers("flash-fresh")
+
+
+def kill_agent_mid_run(name: str, out: Path, env: dict[str, str], **elastic: Any) -> JobStatus:
+    """Run the job; once rank 1 saved step 8, SIGKILL its agent (the ElasticWorker actor) and
+    its training process, as when the host's processes die (its shared memory stays: the
+    replacement agent must not trust it)."""
+    import ray
+
+    from dlu_prime.naming import NAMESPACE
+
+    spec = flash_job(name, {"OUT_DIR": str(out), "STEPS": "40", "STEP_SLEEP_S": "0.2", **env}, **elastic)
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(run, spec)
+        deadline = time.monotonic() + 120
+        while not (out / "sum-r1-s8.txt").exists() and time.monotonic() < deadline and not job.done():
+            time.sleep(0.05)
+        assert (out / "sum-r1-s8.txt").exists()
+        agent = ray.get_actor(f"{name}.trainer.1", namespace=NAMESPACE)
+        trainer = ray.get(agent.status.remote(), timeout=30)["process_pid"]
+        ray.kill(agent, no_restart=True)
+        os.kill(trainer, signal.SIGKILL)
+        return job.result(timeout=240)
+
+
+def test_agent_killed_resumes_from_the_persisted_step(ray_session: Any, tmp_path: Path) -> None:
+    durable = tmp_path / "durable"
+    status = kill_agent_mid_run(
+        "flash-agent-disk", tmp_path, {}, checkpoint={"persist_every": 2, "dir": str(durable)}
+    )
+    assert status.exit_code == 0, status.reason
+    step = assert_resumed(tmp_path, None, "disk")  # the agent's memory went with it
+    assert step >= 2 and step % 2 == 0
+    assert not leftovers("flash-agent-disk")
+
+
+def test_agent_killed_without_persistence_starts_afresh(ray_session: Any, tmp_path: Path) -> None:
+    status = kill_agent_mid_run("flash-agent-none", tmp_path, {})
+    assert status.exit_code == 0, status.reason
+    assert_resumed(tmp_path, 0, None)  # load(missing_ok=True) said: nothing committed anywhere
+    assert not leftovers("flash-agent-none")
