@@ -128,7 +128,8 @@ def kill_agent_mid_run(name: str, out: Path, env: dict[str, str], **elastic: Any
             time.sleep(0.05)
         assert (out / "sum-r1-s8.txt").exists()
         agent = ray.get_actor(f"{name}.trainer.1", namespace=NAMESPACE)
-        trainer = ray.get(agent.status.remote(), timeout=30)["process_pid"]
+        status = dict(ray.get(agent.status.remote(), timeout=30))
+        trainer = int(status["process_pid"])
         ray.kill(agent, no_restart=True)
         os.kill(trainer, signal.SIGKILL)
         return job.result(timeout=240)
