@@ -90,6 +90,8 @@ def test_sigkill_between_saves_resumes_the_last_step_from_memory(ray_session: An
     assert status.exit_code == 0, status.reason
     assert [e.kind for e in status.events].count("inplace_restart") == 1
     assert_resumed(tmp_path, 6, "memory")  # no step lost
+    restored = [e.message for e in status.events if e.kind == "checkpoint_restored"]
+    assert restored == ["resumed step 6 from memory; steps lost: 0"], restored
     finals = {json.loads(p.read_text())["checksum"] for p in tmp_path.glob("done-r*.json")}
     assert len(finals) == 2 and not leftovers("flash-between")
 
@@ -100,6 +102,8 @@ def test_sigkill_mid_save_keeps_the_previous_committed_step(ray_session: Any, tm
     assert status.exit_code == 0, status.reason
     assert [e.kind for e in status.events].count("inplace_restart") == 1
     assert_resumed(tmp_path, 4, "memory")  # the step being saved is the one lost
+    restored = [e.message for e in status.events if e.kind == "checkpoint_restored"]
+    assert restored == ["resumed step 4 from memory; steps lost: 1"], restored
     assert not leftovers("flash-mid")
 
 

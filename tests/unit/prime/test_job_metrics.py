@@ -227,3 +227,12 @@ def test_the_world_size_of_an_elastic_role_follows_its_ranks() -> None:
         del state.actors[name]
     metrics.observe_state(state, {})
     assert backend.metrics["dlu_world_size"].last(dlu_job="j", role="t") == 2.0
+
+
+def test_lost_steps_add_up_per_role() -> None:
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    metrics.lost_steps("trainer", 1)
+    metrics.lost_steps("trainer", 3)
+    lost = backend.metrics["dlu_checkpoint_lost_steps_total"]
+    assert lost.kind == "counter" and lost.total(role="trainer", dlu_job="m") == 4.0

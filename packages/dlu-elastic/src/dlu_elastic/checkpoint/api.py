@@ -13,11 +13,12 @@ newest step every rank persisted to disk (see disk.py), and otherwise says so.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ PERSIST_DIR_ENV = "DLU_CHECKPOINT_PERSIST_DIR"
 # half-way through copying that step, in the job's first round only.
 KILL_MID_SAVE_ENV = "DLU_FAULT_CHECKPOINT_KILL_MID_SAVE"
 _KEY = "dlu_ckpt/done/{}"
+# Rank 0's load() leaves what it restored here, in its agent's folder; the agent reports it
+# (an event with the step, the source and the steps lost; the lost-steps metric).
+REPORT_FILE = "restored.json"
 
 
 class NoCheckpoint(CheckpointError):
@@ -58,6 +62,7 @@ class Restored:
     state: Any
     source: str  # "memory" or "disk"
     where: str
+    lost_steps: int | None = None  # the newest step any rank had reached minus `step` (None: unknown)
 
 
 def _rank_world() -> tuple[int, int]:
@@ -120,7 +125,7 @@ class FlashCheckpointer:
         need = PAYLOAD_OFFSET + payload_len
         writer.reserve(payload_len, others=max(0, need - other.size))
         other.reserve(payload_len, others=0)
-        end_seq = writer.begin(rank, world)
+        end_seq = writer.begin(rank, world, step)
         writer.write_meta(meta)
         if payload_len:
             dst = writer.payload(payload_len)
@@ -175,8 +180,9 @@ class FlashCheckpointer:
         rank, world = _rank_world()
         own = self.own_steps()
         mine = {step: (h.rank, h.world) for step, slot in own.items() if (h := self._writers[slot].header())}
-        everyone = self._gather((rank, mine), world)
-        common = set.intersection(*[{s for s, rw in m.items() if rw == (r, world)} for r, m in everyone])
+        everyone = self._gather((rank, mine, self._reached()), world)
+        common = set.intersection(*[{s for s, rw in m.items() if rw == (r, world)} for r, m, _ in everyone])
+        reached = max((e[2] for e in everyone if e[2] is not None), default=None)
         self._fresh = False
         if common:
             step = max(common)
@@ -186,20 +192,37 @@ class FlashCheckpointer:
                 raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
             self._committed, self._inflight = (slot, step), None
             state = self._share_empty(_state_of(snap), world)
-            return Restored(step, state, "memory", str(slot_path(self.folder, slot)))
+            return self._report(Restored(step, state, "memory", str(slot_path(self.folder, slot))), reached)
         restored = self._from_disk(rank, world)
         if restored is not None:
+            restored = self._report(restored, reached)
             for writer in self._writers:  # memory holds nothing all ranks share: start over
                 if writer.map is not None:
                     writer.begin(rank, world)
             return restored
         if missing_ok:
             return None
-        seen = ", ".join(f"rank {r}: {sorted(m) or 'none'}" for r, m in everyone)
+        seen = ", ".join(f"rank {r}: {sorted(m) or 'none'}" for r, m, _ in everyone)
         raise NoCheckpoint(
             f"no step is committed by all {world} ranks (steps in memory: {seen}; disk: "
             f"{self.persist_dir or 'not configured'}): start from scratch, or load(missing_ok=True)"
         )
+
+    def _reached(self) -> int | None:
+        """The newest step this rank's slots name (complete, or a save under way when it died)."""
+        steps = [h.step for w in self._writers if (h := w.header()) is not None and h.step >= 0]
+        return max(steps, default=None)
+
+    def _report(self, restored: Restored, reached: int | None) -> Restored:
+        """Fill in the steps lost; rank 0 leaves the news for its agent (see REPORT_FILE)."""
+        lost = None if reached is None else max(0, reached - restored.step)
+        restored = replace(restored, lost_steps=lost)
+        if _rank_world()[0] == 0:
+            report = {"step": restored.step, "source": restored.source, "lost_steps": lost}
+            tmp = self.folder / f".{REPORT_FILE}.tmp"
+            tmp.write_text(json.dumps(report))
+            tmp.replace(self.folder / REPORT_FILE)
+        return restored
 
     def _from_disk(self, rank: int, world: int) -> Restored | None:
         if self.persist_dir is None:

@@ -122,14 +122,15 @@ class SlotWriter:
             self.map.close()  # no tensor views outlive a save: see FlashCheckpointer.save
         self._map(need)
 
-    def begin(self, rank: int, world: int) -> int:
-        """Mark the slot as being written (odd seq); returns the seq to finish with."""
+    def begin(self, rank: int, world: int, step: int = -1) -> int:
+        """Mark the slot as being written (odd seq) with the step under way (-1: none, the slot
+        is only voided); returns the seq to finish with."""
         assert self.map is not None
         old = self.header()
         seq = (old.seq if old is not None else 0) | 1
         if old is not None and old.seq % 2 == 1:
             seq = old.seq + 2  # a save killed mid-way: still odd, still not a step
-        HEADER.pack_into(self.map, 0, MAGIC, seq, -1, 0, 0, rank, world)
+        HEADER.pack_into(self.map, 0, MAGIC, seq, step, 0, 0, rank, world)
         return seq + 1
 
     def write_meta(self, meta: bytes) -> None:

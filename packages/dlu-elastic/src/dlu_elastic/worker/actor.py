@@ -26,7 +26,7 @@ from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
 from dlu_elastic.checkpoint import shm as checkpoint_shm
-from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV
+from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV, REPORT_FILE
 from dlu_elastic.checkpoint.persist import Persister
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
@@ -61,6 +61,7 @@ __all__ = [
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
 # Fault injection: seconds every setup sleeps (a slow actor start keeps a failover in flight).
 SETUP_DELAY_ENV = "DLU_FAULT_SETUP_DELAY_S"
+RESTORE_POLL_S = 0.2  # how often the agent looks for its training process's restore report
 
 
 def is_class_entrypoint(text: str, workdir: str | None) -> bool:
@@ -135,6 +136,10 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self._ckpt_reaper = checkpoint_shm.start_reaper(self._ckpt_folder) if self._ckpt_folder else None
         self._persister: Persister | None = None
         self._persist_base: str | None = None
+        if self._ckpt_folder is not None:
+            threading.Thread(
+                target=self._report_restores, args=(self._ckpt_folder,), name="dlu-ckpt-report", daemon=True
+            ).start()
         settings = self.elastic.checkpoint
         if self._ckpt_folder is None or settings is None:
             return
@@ -143,6 +148,28 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self._persister = Persister(
             self._ckpt_folder, Path(base), settings.persist_every, self._record_event
         ).start()
+
+    def _report_restores(self, folder: Path) -> None:
+        """Relay what the training process's load() restored (rank 0's report, see
+        checkpoint.api.REPORT_FILE) to the PrimeMaster: an event and the lost-steps metric."""
+        report = folder / REPORT_FILE
+        while not self._stop.wait(RESTORE_POLL_S) and folder.is_dir():
+            try:
+                found = json.loads(report.read_text())
+                report.unlink()
+            except (FileNotFoundError, ValueError):
+                continue
+            import ray
+
+            from dlu_prime.naming import NAMESPACE, master_name
+
+            try:
+                master = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
+                master.checkpoint_restored.remote(
+                    self.info.role, int(found["step"]), str(found["source"]), found.get("lost_steps")
+                )
+            except Exception as exc:
+                logger.warning("%s: could not report a checkpoint restore: %s", self.info.actor_name, exc)
 
     def _record_event(self, kind: str, message: str) -> None:
         """An event in the job's timeline, through the PrimeMaster (best effort: it may be away)."""

@@ -207,6 +207,9 @@ class PrimeMaster:
     ) -> None:
         self.manager.record_event(kind, message, role, tier, duration_s)
 
+    def checkpoint_restored(self, role: str, step: int, source: str, lost_steps: int | None) -> None:
+        self.manager.checkpoint_restored(role, step, source, lost_steps)
+
     def create_channel(self, name: str, capacity: int) -> Any:
         from dlu_prime.naming import channel_name
         from dlu_prime.runtime.data_channel import DataChannel

@@ -268,6 +268,17 @@ class PrimeManager:
         its duration), saved at once."""
         self.apply(Note(kind, message, role, tier=Tier(tier) if tier else None, duration_s=duration_s))
 
+    def checkpoint_restored(self, role: str, step: int, source: str, lost_steps: int | None) -> None:
+        """A role's ranks resumed checkpoint `step` from `source` after a recovery (reported by
+        its rank 0's agent): an event on the timeline (console, `dlu status`) and the lost-steps
+        metric."""
+        lost = "unknown" if lost_steps is None else str(lost_steps)
+        self.apply(
+            Note("checkpoint_restored", f"resumed step {step} from {source}; steps lost: {lost}", role)
+        )
+        if self.metrics is not None and lost_steps:
+            self.metrics.lost_steps(role, lost_steps)
+
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
         """The persisted state plus the live training steps and metrics (kept in memory: not worth a write).
 

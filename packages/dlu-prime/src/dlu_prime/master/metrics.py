@@ -128,6 +128,12 @@ SERIES: tuple[Series, ...] = (
         ("dlu_job", "node"),
         "a node's node-check time (its best round)",
     ),
+    Series(
+        "dlu_checkpoint_lost_steps_total",
+        "counter",
+        ("dlu_job", "role"),
+        "training steps redone after recoveries (reached minus the checkpoint step resumed)",
+    ),
 )
 """Every series DLU exports, in one place: Ray's exporter on a cluster and the local endpoint
 of `dlu run` (dlu_prime.local_metrics) serve the same ones."""
@@ -236,6 +242,7 @@ class JobMetrics:
             self._failover_seconds = made["dlu_failover_seconds_total"]
             self._world_size = made["dlu_world_size"]
             self._node_score = made["dlu_node_check_score_seconds"]
+            self._lost_steps = made["dlu_checkpoint_lost_steps_total"]
         except Exception as exc:
             self.enabled = False
             _warn_once(f"job {job}: cannot create the metrics", exc)
@@ -303,6 +310,12 @@ class JobMetrics:
             self._failover_seconds.record(duration_s, tags)
 
         self._safely("a failover", record)
+
+    def lost_steps(self, role: str, steps: int) -> None:
+        """A recovery resumed `steps` steps behind the step the role had reached."""
+        self._safely(
+            "lost steps", lambda: self._lost_steps.record(float(steps), {"dlu_job": self.job, "role": role})
+        )
 
     def node_check_scores(self, scores: Mapping[str, float]) -> None:
         """Each node's node-check score (seconds, lower is better), kept for `refresh`; a new
