@@ -2,7 +2,9 @@
 
 An unmodified torchrun-style script: it reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
 from the environment, so `torchrun --nproc-per-node=2 train_lm.py` runs it as well as DLU
-does. It checkpoints every few steps and resumes from the last checkpoint after a restart,
+does. It checkpoints every few steps and resumes from the last checkpoint after a restart
+(under DLU it also saves a flash checkpoint into its agent's memory every step, see
+docs/checkpointing.md, and resumes from the newest one every rank committed),
 and it is deterministic: two runs give the same final loss, faults and resumes included
 (gradients and the loss are summed across ranks in rank order, see `ordered_mean`). Each step
 trains on a fixed global batch (`--global-batch`), shared by the ranks through DLU's
@@ -23,6 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -166,6 +169,15 @@ def save(path: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) ->
     tmp.replace(path)
 
 
+def flash_checkpoints(every: int) -> Any:
+    """dlu_elastic.checkpoint when DLU runs this script (its agent sets the folder), else None."""
+    if every <= 0 or not os.environ.get("DLU_CHECKPOINT_SHM"):
+        return None
+    from dlu_elastic import checkpoint
+
+    return checkpoint.FlashCheckpointer()
+
+
 def record_pid(directory: Path) -> None:
     """Append this process's pid and start time (in clock ticks since boot: a reused pid has
     another) to `<directory>/<actor>.pids`, named by DLU's actor (or RANK under torchrun)."""
@@ -218,6 +230,13 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--log-every", type=int, default=5, help="rank 0 prints its loss every N steps")
     parser.add_argument(
+        "--flash-every",
+        type=int,
+        default=1,
+        help="under DLU, also save a flash checkpoint (dlu_elastic.checkpoint: the agent's memory) "
+        "every N steps, and resume from the newest one every rank committed; 0: off",
+    )
+    parser.add_argument(
         "--crash-at-step",
         type=lambda text: {int(step) for step in text.split(",")},
         default=set[int](),
@@ -255,7 +274,18 @@ def main() -> None:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt = ckpt_dir / "last.pt"
     start = 0
-    if ckpt.exists():
+    flash = flash_checkpoints(args.flash_every)
+    restored = flash.load(missing_ok=True) if flash is not None else None
+    if restored is not None:
+        model.module.load_state_dict(restored.state["model"])
+        opt.load_state_dict(restored.state["opt"])
+        start = restored.step
+        if rank == 0:
+            print(
+                f"resumed from step {start} ({restored.source}; steps lost: {restored.lost_steps})",
+                flush=True,
+            )
+    elif ckpt.exists():
         state = torch.load(ckpt, weights_only=True)
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -305,6 +335,10 @@ def main() -> None:
         heartbeat(step + 1, loss_value)
         if rank == 0 and args.first_step_file and not os.path.exists(args.first_step_file):
             Path(args.first_step_file).write_text(f"{time.time():.6f}\n")
+        if flash is not None and (step + 1) % args.flash_every == 0:
+            # DDP: rank 0's state is everyone's (load() hands it to every rank)
+            state = {"model": model.module.state_dict(), "opt": opt.state_dict()} if rank == 0 else None
+            flash.save(step + 1, state)
         if (step + 1) % args.checkpoint_every == 0 and rank == 0:
             save(ckpt, step + 1, model.module, opt)
         if rank == 0 and args.log_every > 0 and (step + 1) % args.log_every == 0:

@@ -105,7 +105,10 @@ def test_inplace_restart_resumes_and_matches_a_clean_run(ray_session: Any, tmp_p
     assert done[0].duration_s is not None and done[0].duration_s > 0
     assert all(a.restart_count == 0 for a in crash.roles[0].actors)  # no actor was restarted
     assert (tmp_path / "crash" / "crashed-at-10").exists()
-    # Deterministic training resumed from the step-8 checkpoint ends exactly where a clean run does.
+    # The flash checkpoint of step 10 (every step, in the agents' memory) is where it resumed.
+    restored = [e.message for e in crash.events if e.kind == "checkpoint_restored"]
+    assert restored == ["resumed step 10 from memory; steps lost: 0"], restored
+    # Deterministic training resumed from the step-10 checkpoint ends exactly where a clean run does.
     assert (tmp_path / "crash" / "final_loss.txt").read_text() == (
         tmp_path / "clean" / "final_loss.txt"
     ).read_text()
