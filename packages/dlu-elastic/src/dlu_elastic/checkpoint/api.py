@@ -36,7 +36,7 @@ from dlu_elastic.checkpoint.layout import (
     split,
     table,
 )
-from dlu_elastic.checkpoint.slot import PAYLOAD_OFFSET, SLOTS, SlotWriter, Snapshot, slot_path, snapshot
+from dlu_elastic.checkpoint.slot import PAYLOAD_OFFSET, SLOTS, SlotWriter, Snapshot, read_with, slot_path
 
 logger = logging.getLogger(__name__)
 
@@ -187,11 +187,11 @@ class FlashCheckpointer:
         if common:
             step = max(common)
             slot = own[step]
-            snap = snapshot(slot_path(self.folder, slot))
-            if snap is None:
+            read = read_with(slot_path(self.folder, slot), lambda _h, meta, payload: _unpack(meta, payload))
+            if read is None:
                 raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
             self._committed, self._inflight = (slot, step), None
-            state = self._share_empty(_state_of(snap), world)
+            state = self._share_empty(read, world)
             return self._report(Restored(step, state, "memory", str(slot_path(self.folder, slot))), reached)
         restored = self._from_disk(rank, world)
         if restored is not None:
@@ -285,9 +285,14 @@ def _kill_after(step: int, rank: int, count: int) -> int | None:
     return max(1, count // 2) if (at_step, at_rank) == (step, rank) else None
 
 
+def _unpack(meta_bytes: bytes, payload: memoryview) -> tuple[bool, Any]:
+    """(whether the rank saved None, its state with every tensor copied out of `payload`)."""
+    meta = pickle.loads(meta_bytes)
+    return bool(meta.get("empty")), rebuild(meta["skeleton"], meta["entries"], payload)
+
+
 def _state_of(snap: Snapshot) -> tuple[bool, Any]:
-    meta = pickle.loads(snap.meta)
-    return bool(meta.get("empty")), rebuild(meta["skeleton"], meta["entries"], memoryview(snap.payload))
+    return _unpack(snap.meta, memoryview(snap.payload))
 
 
 _default: FlashCheckpointer | None = None

@@ -16,9 +16,10 @@ import mmap
 import os
 import shutil
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -29,6 +30,7 @@ HEADER = struct.Struct("<8sQqQQQQ")  # magic, seq, step, meta_len, payload_len, 
 META_CAPACITY = (1 << 20) - 64
 PAYLOAD_OFFSET = 1 << 20
 SLOTS = 2
+T = TypeVar("T")
 
 
 class ShmFull(CheckpointError):
@@ -176,11 +178,41 @@ def snapshot(path: Path) -> Snapshot | None:
                 return None
             meta = bytes(view[HEADER.size : HEADER.size + header.meta_len])
             payload = bytearray(header.payload_len)
-            memoryview(payload)[:] = view[PAYLOAD_OFFSET : PAYLOAD_OFFSET + header.payload_len]
+            with memoryview(view) as whole:  # one copy (slicing the mmap itself would make two)
+                memoryview(payload)[:] = whole[PAYLOAD_OFFSET : PAYLOAD_OFFSET + header.payload_len]
             after = read_header(view)
         if after is None or after.seq != header.seq:
             return None
         return Snapshot(header, meta, payload)
+    finally:
+        os.close(fd)
+
+
+def read_with(path: Path, build: Callable[[Header, bytes, memoryview], T]) -> T | None:
+    """`build(header, meta, payload)` run on a complete slot in place (no intermediate copy:
+    `build` copies what it keeps), or None when the slot is missing, torn or was rewritten."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < PAYLOAD_OFFSET:
+            return None
+        # A private mapping: writable views for torch.frombuffer, nothing written back.
+        view = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            header = read_header(view)
+            if header is None or not header.complete or PAYLOAD_OFFSET + header.payload_len > size:
+                return None
+            meta = bytes(view[HEADER.size : HEADER.size + header.meta_len])
+            with memoryview(view) as whole:
+                built = build(header, meta, whole[PAYLOAD_OFFSET : PAYLOAD_OFFSET + header.payload_len])
+            after = read_header(view)
+        finally:
+            with contextlib.suppress(BufferError):
+                view.close()
+        return built if after is not None and after.seq == header.seq else None
     finally:
         os.close(fd)
 
