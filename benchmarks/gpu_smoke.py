@@ -15,7 +15,8 @@ them in place after the crash. The run passes when:
 
 Where fewer than 2 GPUs are visible (`nvidia-smi -L`, else /proc/driver/nvidia/gpus, narrowed
 by CUDA_VISIBLE_DEVICES; nothing here calls CUDA) it prints `SKIPPED: <why>` and exits 0: NCCL
-refuses two ranks on one GPU. Prints PASSED or FAILED with the reasons, then FIGURE lines.
+refuses two ranks on one GPU. First, with one GPU or more, `gpu_flash_smoke.py` (flash
+checkpoint of CUDA tensors: save, crash, restore, same values). Prints PASSED or FAILED with the reasons, then FIGURE lines.
 Usage: `uv run python benchmarks/gpu_smoke.py`.
 """
 
@@ -222,6 +223,10 @@ def _start_problems(rank: int, attempt: int, start: dict[str, Any] | None, known
 
 
 def main() -> int:
+    import gpu_flash_smoke  # flash checkpoints of CUDA tensors: one GPU is enough
+
+    if gpu_flash_smoke.main() != 0:
+        return 1
     gpus = visible_gpus()
     reason = skip_reason(gpus)
     if reason is not None:

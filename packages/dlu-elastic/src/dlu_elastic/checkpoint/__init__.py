@@ -6,7 +6,7 @@ memory after an in-place restart, else from the persisted copies. See docs/check
 """
 
 from dlu_elastic.checkpoint import disk, shm
-from dlu_elastic.checkpoint.api import FlashCheckpointer, NoCheckpoint, Restored, load, save
+from dlu_elastic.checkpoint.api import FlashCheckpointer, NoCheckpoint, Restored, load, save, wait
 from dlu_elastic.checkpoint.layout import CheckpointError, LayoutChanged
 from dlu_elastic.checkpoint.slot import ShmFull
 
@@ -21,4 +21,5 @@ __all__ = [
     "load",
     "save",
     "shm",
+    "wait",
 ]

@@ -104,12 +104,16 @@ class FlashCheckpointer:
         self._inflight: tuple[int, int] | None = None  # (slot, step) saved, not known committed
         self._fresh = True  # no save or load yet in this process
         self._calls = 0  # gathers so far (every rank makes the same ones)
+        self._cuda: Any = None  # a CudaCopier once a save met a CUDA tensor
 
     # save ---------------------------------------------------------------------------------------
     def save(self, step: int, state: Any) -> None:
-        """Copy `state` into shared memory; returns once the copy is done (the caller may then
-        change its tensors). Every rank calls it with the same steps; a DDP job may pass its
-        state on rank 0 and None elsewhere (load() then hands rank 0's state to every rank)."""
+        """Copy `state` into shared memory. CPU tensors: copied when it returns (the caller may
+        then change them). CUDA tensors: copies queued on a side stream into page-locked slot
+        memory; the caller may read them at once but must call `wait()` before modifying one
+        in place (see cuda_copy.py). Every rank calls it with the same steps; a DDP job may
+        pass its state on rank 0 and None elsewhere (load() hands rank 0's state to all)."""
+        self.wait()
         rank, world = _rank_world()
         skeleton, tensors = split(state)
         entries, payload_len = table(tensors)
@@ -123,25 +127,50 @@ class FlashCheckpointer:
         writer = self._writers[target]
         other = self._writers[1 - target]
         need = PAYLOAD_OFFSET + payload_len
+        if self._cuda is not None and (writer.size < need or other.size < need):
+            self._cuda.unpin_all()  # the mappings are about to be replaced
         writer.reserve(payload_len, others=max(0, need - other.size))
         other.reserve(payload_len, others=0)
         end_seq = writer.begin(rank, world, step)
         writer.write_meta(meta)
+        self._layout = entries
+        self._inflight = (target, step)
+
+        def finish() -> None:
+            writer.finish(end_seq, step, len(meta), payload_len, rank, world)
+            if world > 1:
+                _store().add(_KEY.format(step), 1)
+
+        on_gpu: list[tuple[torch.Tensor, torch.Tensor]] = []
         if payload_len:
             dst = writer.payload(payload_len)
             kill_at = _kill_after(step, rank, len(tensors))
             for index, (entry, (_, tensor)) in enumerate(zip(entries, tensors, strict=True)):
                 if index == kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
-                if entry.nbytes:
-                    src = tensor.detach().reshape(-1).view(torch.uint8)
-                    dst[entry.offset : entry.offset + entry.nbytes].copy_(src)
+                if not entry.nbytes:
+                    continue
+                src = tensor.detach().reshape(-1).view(torch.uint8)
+                part = dst[entry.offset : entry.offset + entry.nbytes]
+                if src.is_cuda:
+                    on_gpu.append((part, src))
+                else:
+                    part.copy_(src)
+            if on_gpu:
+                if self._cuda is None:
+                    from dlu_elastic.checkpoint.cuda_copy import CudaCopier
+
+                    self._cuda = CudaCopier()
+                self._cuda.pin(dst)
+                self._cuda.copy(on_gpu, finish)
+                return
             del dst
-        writer.finish(end_seq, step, len(meta), payload_len, rank, world)
-        self._layout = entries
-        self._inflight = (target, step)
-        if world > 1:
-            _store().add(_KEY.format(step), 1)
+        finish()
+
+    def wait(self) -> None:
+        """Until the last save's CUDA copies landed (a no-op after a CPU save)."""
+        if self._cuda is not None:
+            self._cuda.wait()
 
     def _forget_old_slots(self, rank: int, world: int) -> None:
         """A process that saves before loading starts afresh: older slots must not win a load."""
@@ -177,6 +206,7 @@ class FlashCheckpointer:
     def load(self, missing_ok: bool = False) -> Restored | None:
         """The newest step every rank committed (same step on every rank): from memory, else
         from disk; None (missing_ok) or NoCheckpoint when there is none."""
+        self.wait()
         rank, world = _rank_world()
         own = self.own_steps()
         mine = {step: (h.rank, h.world) for step, slot in own.items() if (h := self._writers[slot].header())}
@@ -272,6 +302,8 @@ class FlashCheckpointer:
         return value if not empty else fill(skeleton, out)
 
     def close(self) -> None:
+        if self._cuda is not None:
+            self._cuda.unpin_all()
         for writer in self._writers:
             writer.close()
 
@@ -308,6 +340,11 @@ def default() -> FlashCheckpointer:
 def save(step: int, state: Any) -> None:
     """Save `state` as `step` into this rank's agent memory (see FlashCheckpointer.save)."""
     default().save(step, state)
+
+
+def wait() -> None:
+    """Until the last save's CUDA copies landed: call before modifying a saved CUDA tensor."""
+    default().wait()
 
 
 def load(missing_ok: bool = False) -> Restored | None:
