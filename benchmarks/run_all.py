@@ -49,6 +49,9 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("node_check_plan.py"),
     Bench("state_store.py", quick_args=("--stores", "memory,redis", "--rounds", "100")),
     Bench("inplace_restart.py", quick_args=("3",)),
+    # flash checkpoints: save / plain copy (<= 1.5x); the full run adds the reference job's lost steps
+    Bench("flash_checkpoint.py", quick_args=("--no-job", "--sizes-mib", "256"), uses_ray=True),
+    Bench("goodput.py"),
     Bench("submit_latency.py", quick_args=None, uses_ray=True),
     Bench("failover.py", quick_args=None, uses_ray=True, timeout_s=900.0),
     Bench("master_recovery.py", quick_args=None, uses_ray=True),
