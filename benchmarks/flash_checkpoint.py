@@ -120,6 +120,7 @@ def measure(mib: int, runs: int) -> tuple[float, float]:
 
 def job_lost_steps(seed: int) -> int | None:
     """The reference job, flash save every step, crashed once at a random step: steps lost."""
+    os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # the workers use this venv as it is
     import ray
 
     from dlu_api.spec import load_spec
@@ -132,7 +133,14 @@ def job_lost_steps(seed: int) -> int | None:
     os.environ["RAY_TMPDIR"] = tmp_root
     try:
         with pin_loopback():
-            ray.init(address="local", include_dashboard=False, _temp_dir=tmp_root)
+            ray.init(
+                address="local",
+                namespace="dlu",
+                include_dashboard=False,
+                num_cpus=8,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=tmp_root,
+            )
         data = load_spec(ROOT / "examples/elastic/job.yaml").model_dump(mode="json")
         data["name"] = "flash-bench"
         data["roles"][0]["elastic"]["node_check"] = {"enabled": False}
