@@ -42,10 +42,11 @@ class CheckpointSettings(SpecModel):
     """Flash checkpoints' durable copies: every k-th committed step written by the agents."""
 
     persist_every: int = Field(
-        ge=1, description="Write every k-th committed step to `dir` in the background (k >= 1)."
+        ge=1, le=MAX_COUNT, description="Write every k-th committed step to `dir` in the background (k >= 1)."
     )
     dir: str = Field(
         min_length=1,
+        max_length=4096,
         description="Local folder (shared by the nodes for a multi-node job) for the durable copies; "
         "each role writes under <dir>/<role>.",
     )
