@@ -225,7 +225,7 @@ def _start_problems(rank: int, attempt: int, start: dict[str, Any] | None, known
 def main() -> int:
     import gpu_flash_smoke  # flash checkpoints of CUDA tensors: one GPU is enough
 
-    if gpu_flash_smoke.main() != 0:
+    if gpu_flash_smoke.skip_reason() is None and gpu_flash_smoke.main() != 0:
         return 1
     gpus = visible_gpus()
     reason = skip_reason(gpus)
