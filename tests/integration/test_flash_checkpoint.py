@@ -155,3 +155,18 @@ def test_agent_killed_without_persistence_starts_afresh(ray_session: Any, tmp_pa
     assert status.exit_code == 0, status.reason
     assert_resumed(tmp_path, 0, None)  # load(missing_ok=True) said: nothing committed anywhere
     assert not leftovers("flash-agent-none")
+
+
+def test_a_persist_folder_that_cannot_be_written_is_an_event_never_a_crash(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the checkpoint folder should be")  # every mkdir under it: ENOTDIR
+    env = {"OUT_DIR": str(tmp_path), "STEPS": "8", "STEP_SLEEP_S": "0.3"}
+    status = run(
+        flash_job("flash-disk-fail", env, checkpoint={"persist_every": 2, "dir": str(blocker / "ck")})
+    )
+    assert status.exit_code == 0, status.reason  # training never waited for the disk
+    failed = sorted(e.message.split(":")[0] for e in status.events if e.kind == "checkpoint_persist_failed")
+    assert failed == ["rank 0", "rank 1"], failed  # once per rank's run of failures, on that rank
+    assert not leftovers("flash-disk-fail")

@@ -255,15 +255,30 @@ class FlashCheckpointer:
         return restored
 
     def _from_disk(self, rank: int, world: int) -> Restored | None:
-        if self.persist_dir is None:
+        """The newest step on disk that every rank sees complete (the ranks agree first, so
+        none resumes alone from another step); None when there is none or it cannot be read."""
+        step = self._disk_step(world)
+        agreed = set(self._gather(step, world))
+        if len(agreed) != 1 or step is None or self.persist_dir is None:
             return None
-        steps = [s for s, w in disk.complete_steps(self.persist_dir).items() if w == world]
-        if not steps:
-            return None
-        step = max(steps)
-        snap = disk.read(self.persist_dir, step, rank, world)
+        try:
+            snap = disk.read(self.persist_dir, step, rank, world)
+        except OSError as exc:
+            raise CheckpointError(
+                f"step {step} is complete in {self.persist_dir} but rank {rank} cannot read its file: {exc}"
+            ) from exc
         state = self._share_empty(_state_of(snap), world)
         return Restored(step, state, "disk", str(disk.step_folder(self.persist_dir, step)))
+
+    def _disk_step(self, world: int) -> int | None:
+        if self.persist_dir is None:
+            return None
+        try:
+            steps = [s for s, w in disk.complete_steps(self.persist_dir).items() if w == world]
+        except OSError as exc:  # an unreadable folder is no checkpoint, never a crash of training
+            logger.warning("cannot list the persisted checkpoints in %s: %s", self.persist_dir, exc)
+            return None
+        return max(steps, default=None)
 
     def _gather(self, mine: Any, world: int) -> list[Any]:
         """Every rank's `mine`, through the round's TCPStore (no numpy: not *_object)."""

@@ -56,7 +56,7 @@ def complete_steps(base: Path) -> dict[int, int]:
     found: dict[int, int] = {}
     try:
         folders = list(base.iterdir())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return found
     for folder in folders:
         match = _STEP.match(folder.name)

@@ -19,15 +19,12 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
-from dlu_elastic.checkpoint import shm as checkpoint_shm
-from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV, REPORT_FILE
-from dlu_elastic.checkpoint.persist import Persister
+from dlu_elastic.checkpoint.agent import AgentCheckpoints
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.worker import error_file, store
@@ -61,7 +58,6 @@ __all__ = [
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
 # Fault injection: seconds every setup sleeps (a slow actor start keeps a failover in flight).
 SETUP_DELAY_ENV = "DLU_FAULT_SETUP_DELAY_S"
-RESTORE_POLL_S = 0.2  # how often the agent looks for its training process's restore report
 
 
 def is_class_entrypoint(text: str, workdir: str | None) -> bool:
@@ -129,70 +125,19 @@ class ElasticWorkerActor(ElasticAgentLoop):
 
     def _setup_checkpoints(self) -> None:
         """This rank's flash-checkpoint slots live in a folder this agent owns (it outlives the
-        training process); their durable copies are written by this agent's persister."""
-        self._ckpt_folder = (
-            None if self.class_mode else checkpoint_shm.create(self.info.job, self.info.actor_name)
+        training process): see dlu_elastic.checkpoint.agent."""
+        self._checkpoints: AgentCheckpoints | None = (
+            None
+            if self.class_mode
+            else AgentCheckpoints(
+                self.info.job, self.info.role, self.info.actor_name, self.elastic.checkpoint
+            )
         )
-        self._ckpt_reaper = checkpoint_shm.start_reaper(self._ckpt_folder) if self._ckpt_folder else None
-        self._persister: Persister | None = None
-        self._persist_base: str | None = None
-        if self._ckpt_folder is not None:
-            threading.Thread(
-                target=self._report_restores, args=(self._ckpt_folder,), name="dlu-ckpt-report", daemon=True
-            ).start()
-        settings = self.elastic.checkpoint
-        if self._ckpt_folder is None or settings is None:
-            return
-        base = os.path.join(settings.dir, self.info.role)
-        self._persist_base = base
-        self._persister = Persister(
-            self._ckpt_folder, Path(base), settings.persist_every, self._record_event
-        ).start()
-
-    def _report_restores(self, folder: Path) -> None:
-        """Relay what the training process's load() restored (rank 0's report, see
-        checkpoint.api.REPORT_FILE) to the PrimeMaster: an event and the lost-steps metric."""
-        report = folder / REPORT_FILE
-        while not self._stop.wait(RESTORE_POLL_S) and folder.is_dir():
-            try:
-                found = json.loads(report.read_text())
-                report.unlink()
-            except (FileNotFoundError, ValueError):
-                continue
-            import ray
-
-            from dlu_prime.naming import NAMESPACE, master_name
-
-            try:
-                master = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
-                master.checkpoint_restored.remote(
-                    self.info.role, int(found["step"]), str(found["source"]), found.get("lost_steps")
-                )
-            except Exception as exc:
-                logger.warning("%s: could not report a checkpoint restore: %s", self.info.actor_name, exc)
-
-    def _record_event(self, kind: str, message: str) -> None:
-        """An event in the job's timeline, through the PrimeMaster (best effort: it may be away)."""
-        import ray
-
-        from dlu_prime.naming import NAMESPACE, master_name
-
-        try:
-            master = ray.get_actor(master_name(self.info.job), namespace=NAMESPACE)
-            master.record_event.remote(kind, message, self.info.role)
-        except Exception as exc:
-            logger.warning("%s: could not record event %s (%s): %s", self.info.actor_name, kind, message, exc)
 
     def _end_checkpoints(self) -> None:
-        persister, self._persister = getattr(self, "_persister", None), None
-        if persister is not None:
-            persister.stop()
-        folder, self._ckpt_folder = getattr(self, "_ckpt_folder", None), None
-        if folder is not None:
-            checkpoint_shm.remove(folder)
-        reaper, self._ckpt_reaper = getattr(self, "_ckpt_reaper", None), None
-        if reaper is not None:
-            os.close(reaper)
+        checkpoints = getattr(self, "_checkpoints", None)
+        if checkpoints is not None:
+            checkpoints.end()
 
     def _check_entrypoint(self) -> None:
         """Self check without importing user code (it runs in the training process)."""
@@ -422,10 +367,8 @@ class ElasticWorkerActor(ElasticAgentLoop):
             error_file.error_file(log_root(self.logs), info.job, info.run_id, info.role, state.rank_offset)
         )
         env["DLU_CONFIG_JSON"] = json.dumps(info.config)
-        if self._ckpt_folder is not None:
-            env[checkpoint_shm.FOLDER_ENV] = str(self._ckpt_folder)
-        if self._persist_base is not None:
-            env[PERSIST_DIR_ENV] = self._persist_base
+        if self._checkpoints is not None:
+            env.update(self._checkpoints.env())
         return ProcessSpec(
             info.entrypoint,
             env=env,

@@ -1,0 +1,92 @@
+"""The rank agent's side of flash checkpoints (held by the ElasticWorker actor).
+
+It owns the rank's shared-memory folder (created at setup, removed at stop, reaped if the
+agent dies), runs the persister when the spec asks for durable copies, tells the training
+process where both are (`env`), and relays what the process's load() restored (rank 0's
+report file) to the PrimeMaster: a `checkpoint_restored` event and the lost-steps metric.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from dlu_api.spec.models import CheckpointSettings
+from dlu_elastic.checkpoint import shm
+from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV, REPORT_FILE
+from dlu_elastic.checkpoint.persist import Persister
+
+logger = logging.getLogger(__name__)
+
+RESTORE_POLL_S = 0.2  # how often the agent looks for its training process's restore report
+
+
+class AgentCheckpoints:
+    def __init__(self, job: str, role: str, actor: str, settings: CheckpointSettings | None) -> None:
+        self.job, self.role, self.actor = job, role, actor
+        self.folder: Path | None = shm.create(job, actor)
+        self._reaper: int | None = shm.start_reaper(self.folder)
+        self._stop = threading.Event()
+        self.persist_base = os.path.join(settings.dir, role) if settings is not None else None
+        self.persister = (
+            Persister(self.folder, Path(self.persist_base), settings.persist_every, self.record_event).start()
+            if settings is not None and self.persist_base is not None
+            else None
+        )
+        threading.Thread(target=self._report_restores, name="dlu-ckpt-report", daemon=True).start()
+
+    def env(self) -> dict[str, str]:
+        """What the training process needs to find its slots and the durable copies."""
+        found: dict[str, str] = {}
+        if self.folder is not None:
+            found[shm.FOLDER_ENV] = str(self.folder)
+        if self.persist_base is not None:
+            found[PERSIST_DIR_ENV] = self.persist_base
+        return found
+
+    def _master(self) -> Any:
+        import ray
+
+        from dlu_prime.naming import NAMESPACE, master_name
+
+        return ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+
+    def record_event(self, kind: str, message: str) -> None:
+        """An event in the job's timeline, through the PrimeMaster (best effort: it may be away)."""
+        try:
+            self._master().record_event.remote(kind, message, self.role)
+        except Exception as exc:
+            logger.warning("%s: could not record event %s (%s): %s", self.actor, kind, message, exc)
+
+    def _report_restores(self) -> None:
+        folder = self.folder
+        while folder is not None and not self._stop.wait(RESTORE_POLL_S) and folder.is_dir():
+            report = folder / REPORT_FILE
+            try:
+                found = json.loads(report.read_text())
+                report.unlink()
+            except (FileNotFoundError, ValueError):
+                continue
+            try:
+                self._master().checkpoint_restored.remote(
+                    self.role, int(found["step"]), str(found["source"]), found.get("lost_steps")
+                )
+            except Exception as exc:
+                logger.warning("%s: could not report a checkpoint restore: %s", self.actor, exc)
+
+    def end(self) -> None:
+        """The agent stops: last durable write, then the folder goes (idempotent)."""
+        self._stop.set()
+        persister, self.persister = self.persister, None
+        if persister is not None:
+            persister.stop()
+        folder, self.folder = self.folder, None
+        if folder is not None:
+            shm.remove(folder)
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            os.close(reaper)
