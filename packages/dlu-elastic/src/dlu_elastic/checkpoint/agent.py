@@ -31,6 +31,7 @@ class AgentCheckpoints:
         self.folder: Path | None = shm.create(job, actor)
         self._reaper: int | None = shm.start_reaper(self.folder)
         self._stop = threading.Event()
+        self._report_lock = threading.Lock()
         self.persist_base = os.path.join(settings.dir, role) if settings is not None else None
         self.persister = (
             Persister(self.folder, Path(self.persist_base), settings.persist_every, self.record_event).start()
@@ -65,18 +66,27 @@ class AgentCheckpoints:
     def _report_restores(self) -> None:
         folder = self.folder
         while folder is not None and not self._stop.wait(RESTORE_POLL_S) and folder.is_dir():
+            self.flush_report()
+
+    def flush_report(self) -> None:
+        """Relay the training process's restore report, if one waits (the poll above, and the
+        agent when its process exits 0: a short job may end before the next poll)."""
+        with self._report_lock:
+            folder = self.folder
+            if folder is None:
+                return
             report = folder / REPORT_FILE
             try:
                 found = json.loads(report.read_text())
                 report.unlink()
             except (FileNotFoundError, ValueError):
-                continue
-            try:
-                self._master().checkpoint_restored.remote(
-                    self.role, int(found["step"]), str(found["source"]), found.get("lost_steps")
-                )
-            except Exception as exc:
-                logger.warning("%s: could not report a checkpoint restore: %s", self.actor, exc)
+                return
+        try:
+            self._master().checkpoint_restored.remote(
+                self.role, int(found["step"]), str(found["source"]), found.get("lost_steps")
+            )
+        except Exception as exc:
+            logger.warning("%s: could not report a checkpoint restore: %s", self.actor, exc)
 
     def end(self) -> None:
         """The agent stops: last durable write, then the folder goes (idempotent)."""

@@ -134,6 +134,13 @@ class ElasticWorkerActor(ElasticAgentLoop):
             )
         )
 
+    def _finished(self, round_: int, interval: float) -> Result | None:
+        """Its process exited 0: its restore report (if any) goes out before FINISH shows."""
+        checkpoints = getattr(self, "_checkpoints", None)
+        if checkpoints is not None:
+            checkpoints.flush_report()
+        return super()._finished(round_, interval)
+
     def _end_checkpoints(self) -> None:
         checkpoints = getattr(self, "_checkpoints", None)
         if checkpoints is not None:
