@@ -10,7 +10,7 @@ from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStage
 from dlu_prime.master.changes import apply_change
 from dlu_prime.master.elastic_policy import (
-    caused_by_loss,
+    forgiven_by_loss,
     grow_nodes,
     judge_loss,
     missing_nodes,
@@ -288,9 +288,10 @@ def test_dlu_scale_of_an_elastic_role_marked_not_resizable_is_refused() -> None:
 def test_in_place_restarts_the_node_loss_caused_are_not_counted() -> None:
     state = running([0, 1])
     state.roles["trainer"].inplace_restart_count = 2
-    state.record("inplace_restart", "long before: a fault of its own", role="trainer", at=T0 - 100)
-    state.record("inplace_restart", "peer's node died: Connection reset", role="trainer", at=T0 - 0.5)
-    assert caused_by_loss(state, "trainer", T0) == 1  # only the one just before the loss was seen
+    state.record("inplace_restart", "long before: Connection reset by peer", role="trainer", at=T0 - 100)
+    state.record("inplace_restart", "peer's node died: Connection reset by peer", role="trainer", at=T0 - 0.5)
+    lost = [T(2), T(3)]
+    assert forgiven_by_loss(state, "trainer", T0, lost) == 1  # only the one just before the loss was seen
     verdict = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0, has_extension=False)
     assert verdict.shrink is not None
     events = apply_change(state, ResizeBegan(verdict.shrink, "node lost: node 1", forgiven=1), T0)
@@ -328,3 +329,18 @@ def test_nodes_placed_at_once_are_not_announced(monkeypatch: pytest.MonkeyPatch)
     groups.on_wait = said.append
     assert groups.wait_start() == ({"trainer": [0, 1]}, None)
     assert said == []
+
+
+def test_an_independent_crash_just_before_a_node_loss_stays_counted() -> None:
+    """Defect 3: a process SIGKILLed ~100 ms before another rank's node is removed is a fault of
+    its own; only the restarts the loss caused (a rank on the lost node, a lost peer's effect)
+    are forgiven, never by being close in time."""
+    state = running([0, 1])
+    state.roles["trainer"].inplace_restart_count = 3
+    crash = "round 2: job.trainer.0 exited -9: (no error text)"
+    state.record("inplace_restart", crash, role="trainer", actor=T(0), node_id="ray-0", at=T0 - 0.1)
+    on_lost = "round 3: job.trainer.2 exited 1: ValueError"
+    state.record("inplace_restart", on_lost, role="trainer", actor=T(2), node_id="ray-1", at=T0 - 0.05)
+    peer = "round 4: job.trainer.1 exited 1: RuntimeError: Connection closed by peer"
+    state.record("inplace_restart", peer, role="trainer", actor=T(1), node_id="ray-0", at=T0)
+    assert forgiven_by_loss(state, "trainer", T0, [T(2), T(3)]) == 2

@@ -403,7 +403,9 @@ def test_reports_while_a_failover_of_the_role_is_in_flight_join_it(make_manager:
 
     def peer_reports(s: FakeScheduler) -> None:  # the SubMaster's failover makes the peers fail
         joined.append(
-            manager.recovery.note_inplace_restart("train", "job.train.0 exited 1: gloo", E0).verdict
+            manager.recovery.note_inplace_restart(
+                "train", "job.train.0 exited 1: gloo: Connection closed by peer", E0
+            ).verdict
         )
 
     sched.on("call", peer_reports)
@@ -412,6 +414,57 @@ def test_reports_while_a_failover_of_the_role_is_in_flight_join_it(make_manager:
     assert joined == [InPlaceVerdict.JOIN]
     assert manager.state.roles["train"].inplace_restart_count == 0
     assert manager.state.roles["train"].restart_count == 1
+
+
+def test_a_hang_during_a_failover_of_its_role_is_counted_once_on_the_hung_rank(
+    make_manager: ManagerFactory,
+) -> None:
+    """Defect 2: a rank hangs, then a peer's actor is killed; the hang found while the peer's
+    failover is in flight is a fault of its own: counted once on the hung rank and on the
+    timeline, recovered by the failover in flight (no second action)."""
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    decisions: list[Any] = []
+
+    def hang_report(s: FakeScheduler) -> None:
+        hang = "round 1: job.train.0 exited -9: training step stuck at 20 for 8.0s (hang timeout 8s)"
+        decisions.append(manager.recovery.note_inplace_restart("train", hang, E0))
+
+    sched.on("call", hang_report)
+    sched.set(E1, {"stage": ActorStage.INIT, "reconstructed": True})
+    manager.monitor_once()
+    (decision,) = decisions
+    assert decision.verdict is InPlaceVerdict.JOIN and decision.counted
+    state = manager.state
+    assert state.roles["train"].inplace_restart_count == 1 and state.roles["train"].restart_count == 1
+    (hang,) = [e for e in state.events if e.kind == "inplace_restart"]
+    assert (
+        hang.actor == E0 and "stuck at 20" in hang.message and "role failover of job.train.1" in hang.message
+    )
+    assert [e.actor for e in state.events if e.kind == "failover_started"] == [E1]
+    assert len(sched.calls_to("call")) == 1  # one action recovered both
+
+
+def test_an_own_crash_while_a_peer_is_dead_is_counted_and_joins_its_failover(
+    make_manager: ManagerFactory,
+) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    sched.set(E1, {"stage": None, "error": "actor died: SIGKILL"})
+    decision = manager.recovery.note_inplace_restart("train", "job.train.0 exited 1: ValueError: boom", E0)
+    assert decision.verdict is InPlaceVerdict.JOIN and decision.counted
+    assert manager.state.roles["train"].inplace_restart_count == 1
+
+
+def test_a_report_from_a_rank_the_failover_replaces_joins_it(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    manager.state.failover = FailoverRecord(
+        tier=Tier.ROLE, role="train", actors=[E1], reason="E1 died", started_at=0.0, culprit=E1
+    )
+    decision = manager.recovery.note_inplace_restart("train", "job.train.1 exited -9", E1)
+    assert decision.verdict is InPlaceVerdict.JOIN and not decision.counted
+    assert manager.state.roles["train"].inplace_restart_count == 0
 
 
 def test_reports_outside_running_join_the_restart_under_way(make_manager: ManagerFactory) -> None:

@@ -14,34 +14,13 @@ the waiting.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from dlu_prime.master.causality import is_peer_failure
+
+__all__ = ["PEER_GRACE_S", "Blame", "BlameWindow", "Report", "is_peer_failure"]
+
 PEER_GRACE_S = 2.0
-
-# Errors a rank raises because another rank went away, not because of its own fault.
-_PEER_ERRORS = re.compile(
-    "|".join(
-        (
-            r"Connection closed by peer",
-            r"Connection reset by peer",
-            r"Broken pipe",
-            r"remote process exited",
-            r"ncclRemoteError",
-            r"NCCL communicator was aborted",
-            r"DistNetworkError",
-            r"recvBytes? failed",
-            r"sendBytes? failed",
-            r"Socket Timeout",
-        )
-    ),
-    re.IGNORECASE,
-)
-
-
-def is_peer_failure(error: str) -> bool:
-    """True when `error` reads as a collective that failed because a peer left."""
-    return bool(_PEER_ERRORS.search(error))
 
 
 @dataclass(frozen=True)

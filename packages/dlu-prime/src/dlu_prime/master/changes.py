@@ -285,11 +285,12 @@ def _inplace(state: JobState, change: InPlaceJudged, note: _NoteFn) -> None:
     role, agent, decision = change.role, change.agent, change.decision
     record = state.actors.get(agent or "")
     node = record.node_id if record is not None else None
-    if decision.verdict is InPlaceVerdict.RESTART:
+    if decision.verdict is not InPlaceVerdict.STOP and decision.counted:
         counted = state.roles[role].inplace_restart_count + 1
         state.roles[role].inplace_restart_count = counted
         limit = state.spec.role(role).max_restart
-        message = f"restart {counted}/{limit}: {change.message}"
+        joined = f" ({decision.reason})" if decision.verdict is InPlaceVerdict.JOIN else ""
+        message = f"restart {counted}/{limit}: {change.message}{joined}"
         note(Note("inplace_restart", message, role, agent, node, Tier.IN_PLACE))
     elif decision.verdict is InPlaceVerdict.JOIN:
         note(Note("joined_recovery", decision.reason, role, agent, node))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from dlu_api.spec.models import RoleKind, RoleSpec
 from dlu_api.status import JobStage
+from dlu_prime.master.causality import caused_by_loss
 from dlu_prime.master.resize import ResizePlan, ScaleError
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 from dlu_prime.naming import actor_name
@@ -169,15 +170,22 @@ def judge_loss(
 
 # A rank's collective fails the moment a peer's node dies, before the PrimeMaster can see the
 # node gone (its next poll, up to the poll timeout later): such an in-place restart was judged
-# a fault of its own. Restarts this close before the loss was seen are the loss's effect.
+# a fault of its own. Only restarts this close before the loss was seen can be its effect; of
+# those, only the ones it caused are (`causality.caused_by_loss`).
 POLL_LAG_S = 10.0
 
 
-def caused_by_loss(state: JobState, role: str, seen_gone_at: float) -> int:
-    """How many of the role's counted in-place restarts came after its node was lost (judged
-    from `seen_gone_at` less the monitor's lag): they are the resize's, not faults."""
+def forgiven_by_loss(state: JobState, role: str, seen_gone_at: float, lost_actors: Collection[str]) -> int:
+    """How many of the role's counted in-place restarts the loss of `lost_actors` caused: they
+    are the resize's, not faults. An independent crash just before it stays counted."""
     since = seen_gone_at - state.spec.health.monitor_interval_s - POLL_LAG_S
-    return sum(1 for e in state.events if e.kind == "inplace_restart" and e.role == role and e.time >= since)
+    lost_nodes = {state.actors[n].node_id for n in lost_actors if n in state.actors} - {None}
+    restarts = [
+        (e.actor, e.node_id, e.message)
+        for e in state.events
+        if e.kind == "inplace_restart" and e.role == role and e.time >= since
+    ]
+    return caused_by_loss(restarts, lost_actors, {n for n in lost_nodes if n is not None})
 
 
 def grow_nodes(

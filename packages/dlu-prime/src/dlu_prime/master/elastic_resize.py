@@ -24,8 +24,8 @@ from dlu_prime.master.elastic_policy import (
     GROWN,
     NODE_LOST,
     LossVerdict,
-    caused_by_loss,
     elastic_roles,
+    forgiven_by_loss,
     grow_nodes,
     judge_loss,
     missing_nodes,
@@ -117,7 +117,7 @@ class ElasticResizer:
                 joining = sorted({rank // spec.per_group for _, rank in verdict.shrink.added})
                 placed = f"; node(s) {', '.join(map(str, joining))} placed" if joining else ""
                 first_seen = min((mine[n] for n in verdict.shrink.removed if n in mine), default=now)
-                forgiven = caused_by_loss(state, spec.name, first_seen)
+                forgiven = forgiven_by_loss(state, spec.name, first_seen, verdict.shrink.removed)
                 m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}{placed}", forgiven))
                 m.wake()
         if not held:
@@ -153,7 +153,8 @@ class ElasticResizer:
             logger.exception("job %s: asking Ray what role %s's nodes need failed", m.state.job, role)
             needs = ""
         reason = f"{verdict.stop}; {needs}" if needs else verdict.stop
-        forgiven = caused_by_loss(m.state, role, gone_since[verdict.culprit])
+        lost = [n for n in gone_since if m.state.actors[n].role == role]
+        forgiven = forgiven_by_loss(m.state, role, gone_since[verdict.culprit], lost)
         m.apply(FellBelowMin(role, verdict.culprit, verdict.below_min or verdict.stop, forgiven))
         m.finish(EXIT_FAILED, reason)
 

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from dlu_api.spec.models import RecoveryPolicy
 from dlu_api.status import JobStage
+from dlu_prime.master.causality import FaultInFlight, Report, effect_of
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState, Tier
 from dlu_prime.roles import recovery_policy
@@ -300,37 +301,55 @@ def job_restart(
 
 class InPlaceVerdict(StrEnum):
     RESTART = "restart"  # a fault of its own: counted, every rank restarts in place
-    JOIN = "join"  # the effect of a fault already being handled: not counted again
+    JOIN = "join"  # recovered by the recovery in flight (or about to start): no restart of its own
     STOP = "stop"  # over the role's limit: the job stops
 
 
 @dataclass(frozen=True)
 class InPlaceDecision:
+    """`counted`: the report is a fault of its own (counted on its rank) even when it JOINs,
+    because one recovery in flight recovers it too (causality rule 2)."""
+
     verdict: InPlaceVerdict
     reason: str = ""
+    counted: bool = False
 
 
 def judge_inplace(
     state: JobState, role: str, reporter: str | None, message: str, dead_peers: Sequence[str], error: str = ""
 ) -> InPlaceDecision:
-    """Whether a failed training process is a fault of its own (tier 1) or the effect of one.
+    """Whether a failed training process is a fault of its own (tier 1) or the effect of one,
+    by cause (`causality.effect_of`), never by what happens to be in flight.
 
     A rank's collective fails when a peer's actor died: that death is the fault, handled (and
-    counted) by the role or job failover it starts, so the rank's report joins it. The same
-    holds for every report while a failover of its role, or of the job, is in flight, and
-    outside RUNNING (a restart of the job is under way).
+    counted) by the role or job failover it starts, so the rank's report joins it uncounted. A
+    report of the rank's own error (a crash, an exception, a hang its agent found) is a fault of
+    its own: counted on it, and if a failover of its role (or of the job) is in flight, or a
+    dead peer's is about to start, that recovery recovers it too (JOIN, counted). Outside
+    RUNNING a job restart is under way: every report joins it.
     """
     who = reporter or "a rank"
     if state.stage is not JobStage.RUNNING:
         return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: the job is {state.stage.value}")
     in_flight = state.failover
-    if in_flight is not None and (in_flight.tier is Tier.JOB or in_flight.role == role):
-        cause = in_flight.culprit or ", ".join(in_flight.actors)
-        return InPlaceDecision(
-            InPlaceVerdict.JOIN, f"{who}: part of the {in_flight.tier.value} failover of {cause}"
-        )
+    covering = (
+        in_flight
+        if in_flight is not None and (in_flight.tier is Tier.JOB or in_flight.role == role)
+        else None
+    )
+    fault = (
+        FaultInFlight(frozenset(covering.actors), frozenset(state.removed_nodes))
+        if covering is not None
+        else None
+    )
+    nodes = {name: record.node_id for name, record in state.actors.items()}
     culprits = [name for name in dead_peers if name != reporter]
-    if culprits:
+    if effect_of(Report(reporter, f"{message}\n{error}"), fault, culprits, nodes):
+        if covering is not None:
+            cause = covering.culprit or ", ".join(covering.actors)
+            return InPlaceDecision(
+                InPlaceVerdict.JOIN, f"{who}: part of the {covering.tier.value} failover of {cause}"
+            )
         return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: its peer {', '.join(culprits)} died")
     limit = state.spec.role(role).max_restart
     if state.roles[role].inplace_restart_count + 1 > limit:
@@ -339,7 +358,16 @@ def judge_inplace(
         )
         detail = error.strip()
         return InPlaceDecision(InPlaceVerdict.STOP, f"{reason}\n{detail}" if "\n" in detail else reason)
-    return InPlaceDecision(InPlaceVerdict.RESTART)
+    if covering is not None:
+        cause = covering.culprit or ", ".join(covering.actors)
+        why = (
+            f"{who}: a fault of its own, recovered by the {covering.tier.value} failover of {cause} in flight"
+        )
+        return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
+    if culprits:
+        why = f"{who}: a fault of its own, recovered by the failover of its dead peer {', '.join(culprits)}"
+        return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
+    return InPlaceDecision(InPlaceVerdict.RESTART, counted=True)
 
 
 def setup_retry(state: JobState, actor: str, error: str) -> tuple[Recovery | None, str | None]:
