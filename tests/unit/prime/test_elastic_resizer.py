@@ -302,3 +302,40 @@ def test_below_min_a_lost_node_ray_rebuilds_meanwhile_goes_to_the_failover_ladde
     manager.monitor_once()
     assert manager.state.stage is JobStage.RUNNING
     assert not [e for e in manager.state.events if e.kind == "died"]
+
+
+def test_a_resize_waits_for_a_sub_master_lost_with_the_node_and_never_escalates() -> None:
+    """Defect 4: the node lost also hosted the ElasticMaster. Ray is still rebuilding it when the
+    resize would call it: the resize waits (stays in flight, no resize_failed), the failover
+    ladder sets the SubMaster up again as the loss's effect (joined, not counted), then the resize
+    re-forms the survivors: one resize, no role failover, no job restart."""
+    store, clock = RecordingStore(), FakeClock()
+    manager, fake = running(store, clock, {0, 1})
+    sub = "job.trainer.submaster"
+    manager.state.actors[sub].node_id = "node-1"  # it lives on the node about to be lost
+    fake.actors[sub].node_id = "node-1"
+    fake.set(T(1), {"unavailable": True})
+    fake.dead = {"node-1"}
+    manager.monitor_once()  # the shrink is saved; the SubMaster still answers from its old process
+    assert manager.state.resize is not None
+    fake.set(sub, {"stage": None, "unavailable": True, "error": "Ray is restarting it"})
+    manager.resizer.resume()  # the SubMaster is being rebuilt: the resize waits
+    state = manager.state
+    assert state.resize is not None and fake.members == []
+    assert [e.kind for e in state.events if e.kind.startswith("resize")] == [
+        "resize_started",
+        "resize_waiting",
+    ]
+    fake.set(sub, {"stage": ActorStage.INIT, "unavailable": False, "reconstructed": True, "error": None})
+    manager.monitor_once()  # the ladder: the SubMaster rebuilt, set up again, joined to the loss
+    assert [c.names for c in fake.calls_to("restart")] == [(sub,)]
+    manager.resizer.resume()
+    state = manager.state
+    assert state.resize is None and fake.members == [([0], [])]
+    role = state.roles["trainer"]
+    assert (role.resize_count, role.restart_count, role.sub_master_restart_count) == (1, 0, 0)
+    assert state.job_restart_count == 0 and state.stage is JobStage.RUNNING
+    kinds = [e.kind for e in state.events]
+    assert "resize_failed" not in kinds and "failover_escalated" not in kinds
+    assert "failover_started" not in kinds and kinds.count("failover_joined") == 1
+    assert not [e for e in state.events if e.kind == "resize_ended" and "fail" in e.message]

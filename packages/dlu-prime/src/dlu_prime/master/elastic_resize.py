@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlu_prime.master.changes import ActorsPlaced, Note
 from dlu_prime.master.elastic_policy import (
@@ -37,7 +37,7 @@ from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, ResizeRecord
 from dlu_prime.naming import sub_master_name
-from dlu_prime.scheduler.base import ActorObservation, SchedulingError
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, SchedulingError
 
 if TYPE_CHECKING:
     from dlu_prime.master.manager import PrimeManager
@@ -45,6 +45,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REFORM_TIMEOUT_S = 120.0  # the new round at the new world: every rank stops and joins again
+
+
+class SubMasterAway(Exception):
+    """The role's SubMaster is dead or being rebuilt by Ray: the resize waits (stays in flight)
+    until the failover ladder has set it up again, then goes on. Never a failed resize: a resize
+    that failed here would hand healthy survivors to a role failover and a job restart."""
 
 
 def unplaced_elastic(state: JobState, nodes: Mapping[str, str | None]) -> list[StartedWithout]:
@@ -72,6 +78,7 @@ class ElasticResizer:
         self._manager = manager
         self._gone_since: dict[str, float] = {}  # actor -> first pass it was seen gone
         self._noted: set[tuple[str, tuple[int, ...]]] = set()  # (role, lost nodes) said below MIN
+        self._waiting: set[str] = set()  # roles whose resize waits for their SubMaster (said once)
 
     # detecting ---------------------------------------------------------------------------------
     def intercept(
@@ -199,6 +206,12 @@ class ElasticResizer:
             self._carry_out(record)
         except FencedError:
             raise
+        except SubMasterAway as exc:
+            if record.role not in self._waiting:
+                self._waiting.add(record.role)
+                why = f"resize of role {record.role} waits: {exc}; it goes on once the SubMaster is set up again"
+                m.apply(Note("resize_waiting", why, record.role))
+            return
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             logger.exception("job %s: elastic resize of role %s failed", m.state.job, record.role)
@@ -207,6 +220,7 @@ class ElasticResizer:
                     m.scheduler.remove_actors(list(record.added))
                 except Exception:
                     logger.exception("job %s: removing the actors of a failed resize failed", m.state.job)
+        self._waiting.discard(record.role)
         for name in record.removed:
             self._gone_since.pop(name, None)
         m.apply(ResizeEnded(error))
@@ -246,7 +260,7 @@ class ElasticResizer:
         sub = sub_master_name(state.job, record.role)
         unchecked = [r for r in added_ranks if r not in record.checked]
         if unchecked:
-            m.scheduler.call(
+            self._call_sub(
                 sub, "check_nodes", unchecked, timeout_s=spec.elastic.node_check.timeout_s * 3 + 60
             )
             with m.lock:  # saved: a PrimeMaster rebuilt from here on does not check them again
@@ -262,7 +276,7 @@ class ElasticResizer:
             for n, a in state.actors.items()
             if a.role == record.role and a.rank != SUB_MASTER_RANK and n not in leaving_names
         )
-        world = m.scheduler.call(
+        world = self._call_sub(
             sub,
             "resize_members",
             ranks,
@@ -277,3 +291,21 @@ class ElasticResizer:
         logger.info(
             "job %s: role %s trains at world %s (%d rank(s))", state.job, record.role, world, len(ranks)
         )
+
+    def _call_sub(self, sub: str, method: str, *args: Any, timeout_s: float) -> Any:
+        """Call the role's SubMaster, which must be the set-up incarnation: one that is dead, being
+        rebuilt by Ray, or rebuilt and not set up yet (it died with the lost node, or on its own)
+        raises `SubMasterAway`, before the call or when the call failed because of it."""
+        m = self._manager
+        self._sub_ready(sub)
+        try:
+            return m.scheduler.call(sub, method, *args, timeout_s=timeout_s)
+        except ActorSetupError:
+            self._sub_ready(sub)
+            raise
+
+    def _sub_ready(self, sub: str) -> None:
+        seen = self._manager.scheduler.poll([sub]).get(sub)
+        if seen is None or gone(seen) or seen.unavailable:
+            error = (seen.error if seen is not None else None) or "not answering"
+            raise SubMasterAway(f"its SubMaster {sub} is dead or being rebuilt by Ray ({error})")

@@ -16,6 +16,7 @@ from enum import StrEnum
 from dlu_api.spec.models import RecoveryPolicy
 from dlu_api.status import JobStage
 from dlu_prime.master.causality import FaultInFlight, Report, effect_of
+from dlu_prime.master.elastic_policy import NODE_LOST as LOSS_CAUSE
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState, Tier
 from dlu_prime.roles import recovery_policy
@@ -144,6 +145,8 @@ def plan_failover(
         # The seed: reports during non-RUNNING stages are ignored; a restart is under way.
         return FailoverPlan(ignored=tuple(failures))
     in_flight = set(state.failover.actors) if state.failover is not None else set[str]()
+    if state.resize is not None:  # being created or stopped by a resize: that resize's
+        in_flight |= {*state.resize.added, *state.resize.removed}
     ignored = [f for f in failures if f.actor in in_flight]
     current = one_death_per_node(state, _first_per_actor([f for f in failures if f.actor not in in_flight]))
     if not current:
@@ -247,7 +250,14 @@ def _handle(
                 if group
             ]
             continue
-        if sub:
+        if sub and lost_with_node(state, sub[0]):
+            # Died with the node an elastic resize in flight is shrinking away: that loss's effect.
+            cause = affected[sub[0]]
+            why = f"{culprit(cause)} (lost with its node, which the resize in flight removes)"
+            recoveries.append(
+                Recovery(Tier.SUB_MASTER, tuple(sub), why, role, cause.actor, cause.node_id, joined=True)
+            )
+        elif sub:
             if record.sub_master_restart_count + 1 > role_spec.max_restart:
                 return (), (
                     f"role {role} reached max_restart={role_spec.max_restart} restarting its SubMaster; "
@@ -267,6 +277,18 @@ def _handle(
                 Recovery(Tier.ROLE, tuple(ordered), culprit(cause), role, cause.actor, cause.node_id)
             )
     return tuple(recoveries), None
+
+
+def lost_with_node(state: JobState, actor: str) -> bool:
+    """Whether `actor` was on a node that the elastic resize in flight removes as lost (so its
+    death is that loss's effect, not a fault of its own)."""
+    record = state.resize
+    if record is None or not record.cause.startswith(LOSS_CAUSE):
+        return False
+    node = state.actors[actor].node_id
+    return node is not None and any(
+        state.actors[n].node_id == node for n in record.removed if n in state.actors
+    )
 
 
 def role_limit_reached(state: JobState, role: str) -> str | None:
