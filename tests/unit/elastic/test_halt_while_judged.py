@@ -39,6 +39,7 @@ def master(verdict: InPlaceVerdict) -> tuple[ElasticMaster, list[int], Server]:
     m.restarts = 0
     m.last_failure = ""
     m._joined_round = -1
+    m._counted_round = -1
     m._halted_round = -1
     m._inplace = InPlaceTimer()
     server = Server()
@@ -46,9 +47,11 @@ def master(verdict: InPlaceVerdict) -> tuple[ElasticMaster, list[int], Server]:
     m._ranks = lambda: ["job.trainer.0", "job.trainer.1"]  # type: ignore[method-assign]
     told: list[int] = []
 
-    def judge(message: str, agent: str, error: str) -> InPlaceDecision:
+    def judge(message: str, agent: str, error: str, recovered: bool = False) -> InPlaceDecision:
         told.append(m._pending_action())
-        return InPlaceDecision(verdict, "judged")
+        if recovered:  # the PrimeMaster never answers RESTART for a round already left
+            return InPlaceDecision(InPlaceVerdict.JOIN, "late", counted=True)
+        return InPlaceDecision(verdict, "judged", counted=verdict is InPlaceVerdict.RESTART)
 
     m._note_inplace_restart = judge  # type: ignore[method-assign]
     return m, told, server
@@ -87,10 +90,30 @@ def test_a_join_verdict_keeps_the_round_halted_for_the_failover_that_will_open_t
     assert m._pending_action() == pb.ACTION_NONE
 
 
-def test_a_report_of_a_round_already_left_halts_nothing() -> None:
+def test_a_peer_report_of_a_round_already_left_halts_nothing_and_is_not_judged() -> None:
     m, told, server = master(InPlaceVerdict.RESTART)
     stale = m.rendezvous.round
     m.rendezvous.new_round()
-    m._restart_for(report(m, stale))
+    peer = Report(stale, "job.trainer.1", 1, "RuntimeError: Connection closed by peer", time.monotonic())
+    m._restart_for(peer)
     assert told == [] and server.wakes == 0
     assert m._pending_action() == pb.ACTION_NONE
+
+
+def test_an_own_fault_of_a_round_already_left_is_counted_once_and_opens_no_round() -> None:
+    """Defect 2 at the ElasticMaster: a hang found after a failover moved the round on is a fault
+    of its own: judged (counted) once, recovered by the round under way: no halt, no new round."""
+    m, told, server = master(InPlaceVerdict.RESTART)
+    stale = m.rendezvous.round
+    current = m.rendezvous.new_round()
+    m._restart_for(report(m, stale))
+    m._restart_for(report(m, stale))  # the same fault reported twice: counted once
+    assert told == [pb.ACTION_NONE] and server.wakes == 0
+    assert m.rendezvous.round == current and m._pending_action() == pb.ACTION_NONE
+
+
+def test_an_own_fault_in_a_round_that_joined_a_failover_is_counted() -> None:
+    m, told, _ = master(InPlaceVerdict.JOIN)
+    m._restart_for(report(m))  # a peer's failure joined the failover in flight: round held
+    m._restart_for(report(m))  # then a rank's own fault in that round: judged as a late fault
+    assert len(told) == 2

@@ -572,3 +572,12 @@ def test_a_new_incarnation_that_dies_again_is_a_second_fault(make_manager: Manag
     manager.prepare()
     assert manager.state.stage is JobStage.READY
     assert manager.state.roles["train"].sub_master_restart_count == 2
+
+
+def test_a_late_own_fault_is_counted_without_a_restart_of_its_own(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    hang = "round 1: job.train.0 exited -9: training process sent no heartbeat for 4.0s"
+    decision = manager.recovery.note_inplace_restart("train", hang, E0, recovered=True)
+    assert decision.verdict is InPlaceVerdict.JOIN and decision.counted
+    assert manager.state.roles["train"].inplace_restart_count == 1

@@ -18,7 +18,7 @@ from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
-from dlu_elastic.blame import BlameWindow, Report
+from dlu_elastic.blame import BlameWindow, Report, is_peer_failure
 from dlu_elastic.inplace_timer import InPlaceTimer
 from dlu_elastic.node_check.plan import (
     NodeCheckVerdict,
@@ -57,6 +57,7 @@ class ElasticMaster(SubMaster):
         self.restarts = 0
         self.stopping = False
         self._joined_round = -1  # a round whose failure joined a failover in flight
+        self._counted_round = -1  # the last round a fault of its own was counted in (dedup)
         self._halted_round = -1  # a round whose failure is being decided (see _pending_action)
         self._prime: Any = None  # the PrimeMaster's handle, once looked up
         self.last_failure = ""
@@ -337,8 +338,21 @@ class ElasticMaster(SubMaster):
 
     def _restart_for(self, report: Report) -> None:
         with self._lock:
-            if report.round != self.rendezvous.round or self.stopping or report.round == self._joined_round:
-                return  # the round already moved on, or waits for a failover: being handled
+            if self.stopping:
+                return
+            if report.round != self.rendezvous.round or report.round == self._joined_round:
+                # The round already moved on, or waits for a failover: being handled. A fault of
+                # the rank's own found meanwhile (a hang, a crash) is still a fault: counted once
+                # on it, recovered by the round under way (causality: never hidden in another).
+                if not is_peer_failure(report.error) and report.round > self._counted_round:
+                    self._counted_round = report.round
+                    late = f"round {report.round}: {report.agent} exited {report.exit_code}: {_last_line(report.error)}"
+                    decision = self._note_inplace_restart(late, report.agent, report.error, recovered=True)
+                    logger.info("role %s: %s", self.role, decision.reason)
+                    if decision.verdict is InPlaceVerdict.STOP:
+                        self.stopping = True
+                        self.server.wake_held()
+                return
             self.last_failure = report.error
             # Every decision ends the round's processes (a new round or a stop): the other ranks
             # stop theirs now, while the PrimeMaster judges, not once it has.
@@ -352,6 +366,8 @@ class ElasticMaster(SubMaster):
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
                 self.server.wake_held()  # the ranks waiting for this decision hear it now
                 return
+            if decision.counted:
+                self._counted_round = report.round
             if decision.verdict is InPlaceVerdict.JOIN:
                 self._joined_round = report.round
                 logger.info("role %s: %s", self.role, decision.reason)
@@ -378,7 +394,9 @@ class ElasticMaster(SubMaster):
         message = f"every rank training again {took:.2f}s after the in-place restart"
         master.record_event.remote("failover_done", message, self.role, "in_place", took)
 
-    def _note_inplace_restart(self, message: str, agent: str, error: str) -> InPlaceDecision:
+    def _note_inplace_restart(
+        self, message: str, agent: str, error: str, recovered: bool = False
+    ) -> InPlaceDecision:
         """Ask the PrimeMaster to judge and count the restart. A PrimeMaster being rebuilt by
         Ray (killed mid-failover, tier 6) answers after its recovery: retried until
         `PRIME_ANSWER_S`, so the fault is neither lost nor left to look like a silent rank."""
@@ -394,7 +412,8 @@ class ElasticMaster(SubMaster):
                 master = self._prime or ray.get_actor(master_name(self.job), namespace=NAMESPACE)
                 self._prime = master
                 decision: Any = ray.get(
-                    master.note_inplace_restart.remote(self.role, message, agent, error), timeout=30
+                    master.note_inplace_restart.remote(self.role, message, agent, error, recovered),
+                    timeout=30,
                 )
                 assert isinstance(decision, InPlaceDecision)
                 return decision

@@ -169,9 +169,9 @@ class PrimeMaster:
         self.manager.wake()
 
     def note_inplace_restart(
-        self, role: str, message: str, agent: str | None = None, error: str = ""
+        self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False
     ) -> InPlaceDecision:
-        return self.manager.recovery.note_inplace_restart(role, message, agent, error)
+        return self.manager.recovery.note_inplace_restart(role, message, agent, error, recovered)
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(

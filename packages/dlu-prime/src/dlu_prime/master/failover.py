@@ -338,7 +338,13 @@ class InPlaceDecision:
 
 
 def judge_inplace(
-    state: JobState, role: str, reporter: str | None, message: str, dead_peers: Sequence[str], error: str = ""
+    state: JobState,
+    role: str,
+    reporter: str | None,
+    message: str,
+    dead_peers: Sequence[str],
+    error: str = "",
+    recovered: bool = False,
 ) -> InPlaceDecision:
     """Whether a failed training process is a fault of its own (tier 1) or the effect of one,
     by cause (`causality.effect_of`), never by what happens to be in flight.
@@ -348,7 +354,8 @@ def judge_inplace(
     report of the rank's own error (a crash, an exception, a hang its agent found) is a fault of
     its own: counted on it, and if a failover of its role (or of the job) is in flight, or a
     dead peer's is about to start, that recovery recovers it too (JOIN, counted). Outside
-    RUNNING a job restart is under way: every report joins it.
+    RUNNING a job restart is under way: every report joins it. `recovered`: the report came
+    after its round moved on (its SubMaster re-forms training anyway): never a restart of its own.
     """
     who = reporter or "a rank"
     if state.stage is not JobStage.RUNNING:
@@ -388,6 +395,9 @@ def judge_inplace(
         return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
     if culprits:
         why = f"{who}: a fault of its own, recovered by the failover of its dead peer {', '.join(culprits)}"
+        return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
+    if recovered:
+        why = f"{who}: a fault of its own, found after its round moved on: recovered by the round under way"
         return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
     return InPlaceDecision(InPlaceVerdict.RESTART, counted=True)
 

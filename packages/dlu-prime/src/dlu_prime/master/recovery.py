@@ -253,11 +253,13 @@ class FailoverRunner:
         self.replace(names, Note("actors_restarted", f"{len(names)} actor(s) replaced and ready"))
 
     def note_inplace_restart(
-        self, role: str, message: str, agent: str | None = None, error: str = ""
+        self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False
     ) -> InPlaceDecision:
         """A SubMaster's rank `agent` failed its training process: a fault of its own (tier 1,
         counted here so the count survives the SubMaster), the effect of a peer's fault being
-        handled (joined, not counted), or one over the role's limit (the job stops)."""
+        handled (joined, not counted), or one over the role's limit (the job stops).
+        `recovered`: found after its round moved on (a failover or resize re-forms training
+        anyway): counted if it is its own fault, with no restart of its own."""
         m = self._manager
         peers = [
             n
@@ -266,7 +268,7 @@ class FailoverRunner:
         ]
         dead = [n for n, seen in m.scheduler.poll(peers).items() if gone(seen)] if peers else []
         with m.lock:
-            decision = judge_inplace(m.state, role, agent, message, dead, error)
+            decision = judge_inplace(m.state, role, agent, message, dead, error, recovered)
             m.apply(InPlaceJudged(role, agent, message, decision))
         if decision.verdict is InPlaceVerdict.STOP:
             m.request_stop_failed(decision.reason)
