@@ -37,9 +37,9 @@ from figures import figure
 from dlu_api.spec import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import PrimeManager, new_state
 from dlu_prime.master.monitor import assess, track_steps
-from dlu_prime.master.state import ActorStage
 from dlu_prime.scheduler.base import ActorObservation
 from dlu_prime.state import MemoryStateStore, StateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler

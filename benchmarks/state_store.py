@@ -29,8 +29,9 @@ from contextlib import AbstractContextManager, contextmanager
 from figures import figure
 
 from dlu_api.spec import spec_from_dict
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import new_state
-from dlu_prime.master.state import MAX_EVENTS, ActorStage, JobState
+from dlu_prime.master.state import MAX_EVENTS, JobState
 from dlu_prime.state import EmbeddedStateStore, MemoryStateStore, StateStore
 
 BUDGET_MS = 2.0

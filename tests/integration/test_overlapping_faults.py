@@ -145,14 +145,18 @@ def overlap(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return found
 
 
+def timeline(summary: dict[str, Any]) -> str:
+    return "\n".join(" | ".join(str(x) for x in event) for event in summary["events"])
+
+
 def test_a_crash_just_before_a_node_loss_stays_counted_on_its_rank(overlap: dict[str, Any]) -> None:
     crash = overlap["crash"]
     assert crash["exit_code"] == 0, crash["reason"]
     counted = [(actor, m) for kind, actor, m in crash["events"] if kind == "inplace_restart"]
     own = [(actor, m) for actor, m in counted if actor == "crash.trainer.0" and "-9" in m]
-    assert len(own) == 1, crash["events"]
-    assert crash["inplace"] == 1, crash["events"]  # forgiven: only what the loss caused
-    assert (crash["restarts"], crash["resizes"], crash["job_restarts"]) == (0, 1, 0), crash["events"]
+    assert len(own) == 1, timeline(crash)
+    assert crash["inplace"] == 1, timeline(crash)  # forgiven: only what the loss caused
+    assert (crash["restarts"], crash["resizes"], crash["job_restarts"]) == (0, 1, 0), timeline(crash)
     assert crash["worlds"][-1] == 2
 
 
@@ -162,10 +166,10 @@ def test_an_elastic_master_rebuilt_during_a_resize_is_waited_for_not_escalated(
     sub = overlap["sub"]
     assert sub["exit_code"] == 0, sub["reason"]
     kinds = [kind for kind, _, _ in sub["events"]]
-    assert not {"resize_failed", "failover_escalated", "elastic_reform_failed"} & set(kinds), sub["events"]
-    assert not [m for kind, _, m in sub["events"] if kind == "resize_done" and "failed" in m], sub["events"]
+    assert not {"resize_failed", "failover_escalated", "elastic_reform_failed"} & set(kinds), timeline(sub)
+    assert not [m for kind, _, m in sub["events"] if kind == "resize_done" and "failed" in m], timeline(sub)
     started = [actor for kind, actor, _ in sub["events"] if kind == "failover_started"]
-    assert started == ["sub.trainer.submaster"], sub["events"]  # the kill, once, on the ElasticMaster
-    assert (sub["restarts"], sub["resizes"], sub["job_restarts"]) == (0, 1, 0), sub["events"]
+    assert started == ["sub.trainer.submaster"], timeline(sub)  # the kill, once, on the ElasticMaster
+    assert (sub["restarts"], sub["resizes"], sub["job_restarts"]) == (0, 1, 0), timeline(sub)
     assert sub["actors"]["sub.trainer.0"][0] == 0 and sub["actors"]["sub.trainer.1"][0] == 0
     assert sub["worlds"][-1] == 2

@@ -16,11 +16,11 @@ import pytest
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import HealthSettings
+from dlu_api.vocabulary import ActorStage
 from dlu_elastic.rendezvous.client import RendezvousError
 from dlu_elastic.worker.actor import ElasticWorkerActor
 from dlu_elastic.worker.agent_loop import DECISION_HOLD_S, HEARTBEAT_TIMEOUT_S
 from dlu_elastic.worker.process import EventKind, ProcessEvent
-from dlu_prime.master.state import ActorStage
 from dlu_prime.runtime.context import Health
 from dlu_prime.worker.entrypoint import Outcome
 

@@ -12,10 +12,10 @@ import grpc
 import pytest
 
 from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu_api.vocabulary import ActorStage
 from dlu_elastic.rendezvous.client import RendezvousError
 from dlu_elastic.worker.actor import ElasticWorkerActor
 from dlu_elastic.worker.finished import AfterSuccess, after_success
-from dlu_prime.master.state import ActorStage
 from dlu_prime.runtime.context import Health
 from dlu_prime.worker.entrypoint import Outcome
 

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu_api.vocabulary import InPlaceDecision, InPlaceVerdict
 from dlu_elastic.blame import Report
 from dlu_elastic.inplace_timer import InPlaceTimer
 from dlu_elastic.master import ElasticMaster
 from dlu_elastic.rendezvous.state import Rendezvous
-from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict
 
 pytestmark = pytest.mark.timeout(30)
 

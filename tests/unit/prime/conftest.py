@@ -16,8 +16,9 @@ import pytest
 from dlu_api.spec import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import PrimeManager, new_state
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import JobState
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler
 from dlu_prime.scheduler.placement import plan_placement
 from dlu_prime.state.memory import MemoryStateStore

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import PrimeManager
-from dlu_prime.master.state import ActorStage
 
 if TYPE_CHECKING:
     from conftest import FakeScheduler

@@ -8,6 +8,7 @@ import pytest
 from dlu_api.errors import SpecError
 from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import Tier
 from dlu_prime.master.changes import apply_change
 from dlu_prime.master.elastic_policy import (
     forgiven_by_loss,
@@ -21,7 +22,7 @@ from dlu_prime.master.elastic_policy import (
 from dlu_prime.master.elastic_resize import unplaced_elastic
 from dlu_prime.master.lifecycle import new_state
 from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, ScaleError, plan_resize
-from dlu_prime.master.state import FailoverRecord, JobState, Tier
+from dlu_prime.master.state import FailoverRecord, JobState
 from dlu_prime.preflight import job_demand
 from dlu_prime.scheduler.node_groups import StartKind, missing_message, start_verdict
 from dlu_prime.scheduler.placement import plan_placement

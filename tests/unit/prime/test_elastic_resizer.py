@@ -13,8 +13,8 @@ from conftest import FakeClock, FakeScheduler, RecordingStore
 from dlu_api.spec import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import PrimeManager
-from dlu_prime.master.state import ActorStage
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,9 +9,10 @@ from dlu_api.cli.render import ProgressPrinter, status_text
 from dlu_api.spec import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import EventCursor, JobEvent, JobStatus
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.manager import new_state
-from dlu_prime.master.state import MAX_EVENTS, SUB_MASTER_RANK, ActorRecord, ActorStage, JobState
+from dlu_prime.master.state import MAX_EVENTS, SUB_MASTER_RANK, ActorRecord, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 pytestmark = pytest.mark.timeout(30)

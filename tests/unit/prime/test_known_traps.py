@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from failover_helpers import elastic_role, running
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import PrimeManager
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import JobState
 
 if TYPE_CHECKING:
     from conftest import ManagerFactory, RecordingStore, RoleFactory

@@ -10,8 +10,8 @@ import pytest
 from failover_helpers import elastic_role
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, Tier
 from dlu_prime.master.manager import EXIT_FAILED, EXIT_OK, PrimeManager
-from dlu_prime.master.state import ActorStage, Tier
 
 if TYPE_CHECKING:
     from conftest import FakeScheduler, ManagerFactory, RecordingStore

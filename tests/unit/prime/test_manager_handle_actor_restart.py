@@ -14,11 +14,12 @@ import pytest
 from failover_helpers import elastic_role, running
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, InPlaceVerdict, Tier
 from dlu_prime.extension import Extension, NodeInfo
-from dlu_prime.master.failover import InPlaceVerdict, plan_failover
+from dlu_prime.master.failover import plan_failover
 from dlu_prime.master.manager import EXIT_FAILED, EXIT_OK, PrimeManager
 from dlu_prime.master.monitor import Failure
-from dlu_prime.master.state import ActorStage, FailoverRecord, JobState, Tier
+from dlu_prime.master.state import FailoverRecord, JobState
 from dlu_prime.naming import sub_master_name
 from dlu_prime.scheduler.base import ActorSetupError
 

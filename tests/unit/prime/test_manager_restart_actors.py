@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import RestartLimitError
-from dlu_prime.master.state import ActorStage, JobState
+from dlu_prime.master.state import JobState
 
 
 def test_restart_is_counted_and_saved_before_the_scheduler_acts(make_manager: Any, store: Any) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import (
     ALLOWED,
     EXIT_FAILED,
@@ -24,7 +25,7 @@ from dlu_prime.master.manager import (
     PrimeManager,
     new_state,
 )
-from dlu_prime.master.state import MAX_EVENTS, SCHEMA_VERSION, ActorStage, JobState
+from dlu_prime.master.state import MAX_EVENTS, SCHEMA_VERSION, JobState
 from dlu_prime.naming import sub_master_name
 from dlu_prime.scheduler.base import ActorSetupError, SchedulingError
 from dlu_prime.state.base import StateConflictError

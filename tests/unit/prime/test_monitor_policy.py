@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from dlu_api.spec import spec_from_dict
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import new_state
 from dlu_prime.master.monitor import Failure, assess, track_beats, track_steps
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 NOW = 10_000.0

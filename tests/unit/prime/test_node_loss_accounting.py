@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from failover_helpers import elastic_role, running
 
-from dlu_prime.master.state import Tier
+from dlu_api.vocabulary import Tier
 
 if TYPE_CHECKING:
     from conftest import ManagerFactory

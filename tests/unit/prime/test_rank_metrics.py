@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.liveness import Liveness
-from dlu_prime.master.state import ActorStage
 from dlu_prime.scheduler.base import ActorObservation
 
 pytestmark = pytest.mark.timeout(30)

@@ -8,19 +8,12 @@ import pytest
 from conftest import build_spec, role
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, Tier
 from dlu_prime.master.changes import FailoverBegan, apply_change
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.manager import PrimeManager
 from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ScaleError, plan_resize, resizing
-from dlu_prime.master.state import (
-    MAX_REQUESTS,
-    ActorStage,
-    JobState,
-    RequestOutcome,
-    ResizeRecord,
-    Tier,
-    role_size,
-)
+from dlu_prime.master.state import MAX_REQUESTS, JobState, RequestOutcome, ResizeRecord, role_size
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
 

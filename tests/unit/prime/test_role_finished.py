@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import build_spec, role
 
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.lifecycle import new_state
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState, role_finished
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState, role_finished
 
 pytestmark = pytest.mark.timeout(30)
 

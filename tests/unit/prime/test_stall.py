@@ -10,6 +10,7 @@ import pytest
 
 from dlu_api.errors import SpecError
 from dlu_api.spec import spec_from_dict
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.manager import EXIT_OK, new_state
 from dlu_prime.master.stall import (
     ChannelView,
@@ -20,7 +21,7 @@ from dlu_prime.master.stall import (
     progress_marks,
     waits,
 )
-from dlu_prime.master.state import ActorStage, ChannelRecord, JobState
+from dlu_prime.master.state import ChannelRecord, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 if TYPE_CHECKING:

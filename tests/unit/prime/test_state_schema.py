@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, Tier
 from dlu_prime.master.manager import PrimeManager, new_state
 from dlu_prime.master.schema import (
     MIGRATIONS,
@@ -24,7 +25,7 @@ from dlu_prime.master.schema import (
     migrate_3_to_4,
     upgrade,
 )
-from dlu_prime.master.state import MAX_EVENTS, ActorStage, JobState, Tier
+from dlu_prime.master.state import MAX_EVENTS, JobState
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
 

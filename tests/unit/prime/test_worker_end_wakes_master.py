@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlu_prime.master.state import ActorStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.worker.actor import WorkerActor
 
 

@@ -10,31 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlu_api.status import JobEvent
-
-FAILURE_KINDS = frozenset(
-    {
-        "died",
-        "restarted",
-        "unavailable",
-        "failed",
-        "error_report",
-        "heartbeat_timeout",
-        "hang",
-        "faulty_node",
-        "inplace_restart",  # a training process failed: its message has the process' error
-    }
-)
-RECOVERY_KINDS = frozenset(
-    {
-        "inplace_restart",
-        "failover_done",
-        "failover_failed",
-        "node_relaunched",
-        "master_restarted",
-        "restart_limit",
-        "job_resumed",
-    }
-)
+from dlu_api.vocabulary import FAILURE_EVENTS, RECOVERY_EVENTS
 
 
 @dataclass(frozen=True)
@@ -63,6 +39,6 @@ def root_cause(events: Sequence[JobEvent], first_failure: JobEvent | None = None
     `first_failure` is the one the PrimeMaster kept for the whole job; the timeline only holds
     the recent events, so its own first failure is a fallback for older masters.
     """
-    first = first_failure or next((e for e in events if e.kind in FAILURE_KINDS), None)
-    after = [e for e in events if e.kind in RECOVERY_KINDS and (first is None or e.time >= first.time)]
+    first = first_failure or next((e for e in events if e.kind in FAILURE_EVENTS), None)
+    after = [e for e in events if e.kind in RECOVERY_EVENTS and (first is None or e.time >= first.time)]
     return RootCause(first, tuple(after))

@@ -19,26 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dlu_api.status import JobEvent
-
-FAILURE_KINDS = frozenset(
-    {
-        "died",
-        "failed",
-        "error_report",
-        "heartbeat_timeout",
-        "hang",
-        "actors_restarting",
-        "failover_started",
-        "inplace_restart",
-    }
-)
-"""Events that open a recovery: a detected failure, or the start of a restart (an in-place
-restart ends with a `failover_done` of tier in_place, sent by the role's ElasticMaster once
-every rank trains again). Events that announce a recovery with no completion event of their
-own ("master_restarted") are left out rather than reported as never recovered."""
-
-RECOVERED_KINDS = frozenset({"actors_restarted", "failover_done", "recovered"})
-"""Events that say a recovery is complete."""
+from dlu_api.vocabulary import RECOVERED_EVENTS, RECOVERY_OPENERS
 
 
 @dataclass(frozen=True)
@@ -86,10 +67,10 @@ def recoveries(events: Iterable[JobEvent]) -> list[Recovery]:
             failovers = [f for f in failovers if not _matches(f, event)]
         elif event.kind in FAILOVER_STARTS:
             failovers.append(event)
-        if event.kind in FAILURE_KINDS:
+        if event.kind in RECOVERY_OPENERS:
             open_failures.append(event)
             continue
-        if event.kind not in RECOVERED_KINDS:
+        if event.kind not in RECOVERED_EVENTS:
             continue
         if event.kind == "actors_restarted" and any(_matches(f, event) for f in failovers):
             continue

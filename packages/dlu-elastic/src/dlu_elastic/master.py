@@ -18,6 +18,7 @@ from typing import Any
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import ElasticSettings, NodeCheckSettings
+from dlu_api.vocabulary import EventKind, InPlaceDecision, InPlaceVerdict, Tier
 from dlu_elastic.blame import BlameWindow, Report, is_peer_failure
 from dlu_elastic.inplace_timer import InPlaceTimer
 from dlu_elastic.node_check.plan import (
@@ -31,7 +32,6 @@ from dlu_elastic.node_check.plan import (
 from dlu_elastic.rendezvous.gc_policy import defer_full_collections
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
 from dlu_elastic.rendezvous.state import Rendezvous
-from dlu_prime.master.failover import InPlaceDecision, InPlaceVerdict
 from dlu_prime.worker.submaster import SubMaster
 
 logger = logging.getLogger(__name__)
@@ -131,11 +131,11 @@ class ElasticMaster(SubMaster):
         verdict = judge(round1, round2, settings)
         self._job_metrics().node_check_scores({n: s for n, s in verdict.scores.items() if s is not None})
         scores = ", ".join(f"{n} {s:.3f}s" for n, s in sorted(verdict.scores.items()) if s is not None)
-        self.record_event("node_check", f"{verdict.summary()} (scores: {scores})")
+        self.record_event(EventKind.NODE_CHECK, f"{verdict.summary()} (scores: {scores})")
         if verdict.stragglers:
-            self.record_event("straggler", f"stragglers: {', '.join(verdict.stragglers)}")
+            self.record_event(EventKind.STRAGGLER, f"stragglers: {', '.join(verdict.stragglers)}")
         if verdict.faulty:
-            self.record_event("faulty_node", f"faulty: {', '.join(verdict.faulty)}")
+            self.record_event(EventKind.FAULTY_NODE, f"faulty: {', '.join(verdict.faulty)}")
         return verdict
 
     def _actors_of_nodes(self, nodes: Sequence[str]) -> list[str]:
@@ -392,7 +392,7 @@ class ElasticMaster(SubMaster):
         except ValueError:
             return  # the PrimeMaster is being rebuilt: the metric has the figure
         message = f"every rank training again {took:.2f}s after the in-place restart"
-        master.record_event.remote("failover_done", message, self.role, "in_place", took)
+        master.record_event.remote(EventKind.FAILOVER_DONE, message, self.role, Tier.IN_PLACE, took)
 
     def _note_inplace_restart(
         self, message: str, agent: str, error: str, recovered: bool = False

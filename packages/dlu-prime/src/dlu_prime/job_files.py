@@ -70,7 +70,7 @@ def reserve(name: str) -> None:
 def ended_roles(roles: list[RoleStatus], stage: str) -> list[RoleStatus]:
     """`roles` with every actor that had not finished (or failed, or stopped) put in `stage`:
     a job that ended lists none as RUNNING."""
-    from dlu_prime.master.state import ActorStage  # here: a `dlu status` of a live job needs no spec models
+    from dlu_api.vocabulary import ActorStage  # here: a `dlu status` of a live job needs no spec models
 
     ended = {s.value for s in ActorStage if s.is_terminal}
     return [

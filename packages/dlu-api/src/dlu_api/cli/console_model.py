@@ -12,16 +12,14 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from dlu_api.diagnosis import FAILURE_KINDS as ROOT_CAUSE_KINDS
-from dlu_api.diagnosis import RECOVERY_KINDS
-from dlu_api.recovery import FAILURE_KINDS as RECOVERY_OPENERS
-from dlu_api.recovery import RECOVERED_KINDS, Recovery, recoveries
+from dlu_api.recovery import Recovery, recoveries
 from dlu_api.status import ActorStatus, EventCursor, JobEvent, JobStatus, RoleStatus
+from dlu_api.vocabulary import FAILURE_EVENTS, RECOVERED_EVENTS, RECOVERY_EVENTS, RECOVERY_OPENERS
 
 SUB_MASTER_RANK = -1
 """The rank a role's SubMaster has in a status (dlu_prime.master.state.SUB_MASTER_RANK)."""
 
-KEPT_KINDS = ROOT_CAUSE_KINDS | RECOVERY_KINDS | RECOVERY_OPENERS | RECOVERED_KINDS
+KEPT_KINDS = FAILURE_EVENTS | RECOVERY_EVENTS | RECOVERY_OPENERS | RECOVERED_EVENTS
 """Events the model keeps whole: what the incidents and the root cause are read from."""
 
 MAX_KEPT = 2000
@@ -164,7 +162,7 @@ class ConsoleModel:
             self._recent.append(event)
             if event.kind in KEPT_KINDS:
                 self._kept.append(event)
-            if self._first_failure is None and event.kind in ROOT_CAUSE_KINDS:
+            if self._first_failure is None and event.kind in FAILURE_EVENTS:
                 self._first_failure = event
             if event.kind == "stalled":
                 self._stalled = event.message

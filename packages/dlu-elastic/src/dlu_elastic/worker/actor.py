@@ -24,6 +24,7 @@ from typing import Any
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import ElasticSettings, HealthSettings, RoleSpec
+from dlu_api.vocabulary import ActorStage
 from dlu_elastic.checkpoint.agent import AgentCheckpoints
 from dlu_elastic.node_check.entry import PROBE_NODE_ENV, PROBE_RANK_ENV, PROBE_SETTINGS_ENV, PROBE_SIZE_ENV
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
@@ -37,7 +38,6 @@ from dlu_elastic.worker.agent_loop import (
 )
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
 from dlu_elastic.worker.torchrun_env import restart_count, torchrun_env
-from dlu_prime.master.state import ActorStage
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
 from dlu_prime.worker.rank_logs import RankOutput, log_root, redirect_this_process
 

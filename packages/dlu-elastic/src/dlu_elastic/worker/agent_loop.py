@@ -17,13 +17,13 @@ import grpc
 
 from dlu.elastic.v1 import elastic_pb2 as pb
 from dlu_api.spec.models import HealthSettings
+from dlu_api.vocabulary import ActorStage
 from dlu_elastic.rendezvous.client import ElasticClient, HeldBeat, RendezvousError
 from dlu_elastic.rendezvous.round_watch import RECHECK_S
 from dlu_elastic.worker import error_file
 from dlu_elastic.worker.finished import AfterSuccess, after_success
 from dlu_elastic.worker.process import EventKind, TrainingProcess
 from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
-from dlu_prime.master.state import ActorStage
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor
 from dlu_prime.worker.entrypoint import Outcome, Result

@@ -17,8 +17,8 @@ from typing import Any
 import ray
 
 from dlu_api.spec.models import JobSpec
+from dlu_api.vocabulary import InPlaceDecision
 from dlu_prime.extension import Extension, ExtensionError, load_extension
-from dlu_prime.master.failover import InPlaceDecision
 from dlu_prime.master.manager import FencedError, PrimeManager
 from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.master.state import RequestOutcome, role_finished

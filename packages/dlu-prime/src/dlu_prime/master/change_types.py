@@ -9,17 +9,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dlu_api.status import JobStage
-from dlu_prime.master.failover import InPlaceDecision, Recovery
+from dlu_api.vocabulary import ActorStage, EventKind, InPlaceDecision, Tier
+from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout, TargetSet
-from dlu_prime.master.state import ActorStage, FailoverRecord, Tier
+from dlu_prime.master.state import FailoverRecord
 
 
 @dataclass(frozen=True)
 class Note:
     """Only an event on the timeline."""
 
-    kind: str
+    kind: EventKind
     message: str
     role: str | None = None
     actor: str | None = None

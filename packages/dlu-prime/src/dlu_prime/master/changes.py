@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlu_api.status import JobEvent
+from dlu_api.vocabulary import ActorStage, EventKind, InPlaceVerdict, Tier
 from dlu_prime.master.change_types import (
     ActorsClosed,
     ActorsPlaced,
@@ -33,7 +34,7 @@ from dlu_prime.master.change_types import (
     SetupRetried,
     StageChanged,
 )
-from dlu_prime.master.failover import InPlaceVerdict, Recovery
+from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import (
     FellBelowMin,
@@ -47,14 +48,7 @@ from dlu_prime.master.resize import (
     started_without,
     target_set,
 )
-from dlu_prime.master.state import (
-    ActorStage,
-    ChannelRecord,
-    FailoverRecord,
-    JobState,
-    Tier,
-    close_actors,
-)
+from dlu_prime.master.state import ChannelRecord, FailoverRecord, JobState, close_actors
 
 # The change types live in `change_types`; callers import them from here, with `apply_change`.
 __all__ = [
@@ -114,7 +108,7 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             if code is not None:
                 state.exit_code = code
             first = reason.splitlines()[0] if reason else ""
-            note(Note("stage", f"{current.value} -> {stage.value}" + (f": {first}" if first else "")))
+            note(Note(EventKind.STAGE, f"{current.value} -> {stage.value}" + (f": {first}" if first else "")))
         case ActorsPlaced():
             for name, node in change.nodes.items():
                 record = state.actors.get(name)
@@ -135,7 +129,7 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
                 if counted:
                     state.actors[name].restart_count += 1
                 state.actors[name].stage = ActorStage.INIT
-            note(Note("actors_restarting", f"{', '.join(names)}: {reason}"))
+            note(Note(EventKind.ACTORS_RESTARTING, f"{', '.join(names)}: {reason}"))
         case ActorsStaged(names=names, stage=stage, error=error):
             for name in names:
                 record = state.actors.get(name)
@@ -148,7 +142,7 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
         case FailuresCounted(node_failures=counts, notes=notes):
             state.node_failures = dict(counts) or state.node_failures
             for text in notes:
-                note(Note("node_limit", text))
+                note(Note(EventKind.NODE_LIMIT, text))
         case FailoverBegan(recovery=recovery, escalated=escalated):
             _began(state, recovery, escalated, now, note)
         case FailoverEnded(record=record, error=error):
@@ -157,16 +151,31 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             if error is None:
                 took = now - record.started_at
                 done = f"{what} of {', '.join(record.actors)} done in {took:.2f}s"
-                note(Note("failover_done", done, role=record.role, tier=record.tier, duration_s=took))
+                note(Note(EventKind.FAILOVER_DONE, done, role=record.role, tier=record.tier, duration_s=took))
             else:
-                note(Note("failover_failed", f"{what} failed: {error}", role=record.role, tier=record.tier))
+                note(
+                    Note(
+                        EventKind.FAILOVER_FAILED,
+                        f"{what} failed: {error}",
+                        role=record.role,
+                        tier=record.tier,
+                    )
+                )
         case SetupRetried(recovery=recovery):
             count(state, recovery)
             role, actor, tier = recovery.role, recovery.culprit, recovery.tier
             note(
-                Note("failover_started", f"{tier.value} failover: {recovery.reason}", role, actor, tier=tier)
+                Note(
+                    EventKind.FAILOVER_STARTED,
+                    f"{tier.value} failover: {recovery.reason}",
+                    role,
+                    actor,
+                    tier=tier,
+                )
             )
-            note(Note("failover_done", f"{actor} set up again", role, actor, tier=tier, duration_s=0.0))
+            note(
+                Note(EventKind.FAILOVER_DONE, f"{actor} set up again", role, actor, tier=tier, duration_s=0.0)
+            )
         case InPlaceJudged():
             _inplace(state, change, note)
         case NodesRemoved(nodes=nodes):
@@ -175,7 +184,9 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
                     state.removed_nodes.append(node)
             note(
                 Note(
-                    "node_relaunch", f"relaunching node(s) {', '.join(n[:12] for n in nodes)}", tier=Tier.NODE
+                    EventKind.NODE_RELAUNCH,
+                    f"relaunching node(s) {', '.join(n[:12] for n in nodes)}",
+                    tier=Tier.NODE,
                 )
             )
         case NodesRelaunched(nodes=nodes, replaced_by=replaced, duration_s=took):
@@ -185,7 +196,7 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             limit = state.spec.limits.node_max_restart
             by = ", ".join(n[:12] for n in replaced) or "none"
             message = f"{len(nodes)} node(s) replaced by {by} ({state.node_restart_count}/{limit})"
-            note(Note("node_relaunched", message, tier=Tier.NODE, duration_s=took))
+            note(Note(EventKind.NODE_RELAUNCHED, message, tier=Tier.NODE, duration_s=took))
         case MasterRestarted():
             state.master_restart_count += 1
             in_flight = f"; {state.failover.tier.value} failover in flight" if state.failover else ""
@@ -194,15 +205,15 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
                 f"PrimeMaster reconstructed in stage {state.stage.value}{in_flight} "
                 f"({state.master_restart_count}/{limit})"
             )
-            note(Note("master_restarted", message, tier=Tier.MASTER))
+            note(Note(EventKind.MASTER_RESTARTED, message, tier=Tier.MASTER))
         case ChannelRegistered(name=name, kind=kind, actor_name=actor_name):
             if name not in state.channels:
                 state.channels[name] = ChannelRecord(name=name, kind=kind, actor_name=actor_name)
-                note(Note("channel_created", f"{kind} {name!r} created"))
+                note(Note(EventKind.CHANNEL_CREATED, f"{kind} {name!r} created"))
         case EndpointPublished(key=key, value=value):
             if state.endpoints.get(key) != dict(value):
                 state.endpoints[key] = dict(value)
-                note(Note("endpoint", f"{key} published at {value.get('address', '?')}"))
+                note(Note(EventKind.ENDPOINT_PUBLISHED, f"{key} published at {value.get('address', '?')}"))
         case ActorsClosed():
             close_actors(state)
         case ResizeBegan():
@@ -257,10 +268,14 @@ def _observed(state: JobState, result: Assessment, note: _NoteFn) -> None:
             record.stage = ActorStage.FAILED
         lines = failure.message.strip()
         last = lines.splitlines()[-1] if lines else failure.kind
-        note(Note(failure.kind, last, role=failure.role, actor=failure.actor, node_id=failure.node_id))
+        note(
+            Note(
+                EventKind(failure.kind), last, role=failure.role, actor=failure.actor, node_id=failure.node_id
+            )
+        )
     for role in result.finished_roles:
         if not any(e.kind == "role_finished" and e.role == role for e in state.events):
-            note(Note("role_finished", "every actor finished", role=role))
+            note(Note(EventKind.ROLE_FINISHED, "every actor finished", role=role))
 
 
 def _began(state: JobState, recovery: Recovery, escalated: bool, now: float, note: _NoteFn) -> None:
@@ -276,7 +291,13 @@ def _began(state: JobState, recovery: Recovery, escalated: bool, now: float, not
     )
     for name in recovery.actors:
         state.actors[name].stage = ActorStage.INIT
-    kind = "failover_escalated" if escalated else "failover_joined" if recovery.joined else "failover_started"
+    kind = (
+        EventKind.FAILOVER_ESCALATED
+        if escalated
+        else EventKind.FAILOVER_JOINED
+        if recovery.joined
+        else EventKind.FAILOVER_STARTED
+    )
     message = f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}"
     note(Note(kind, message, recovery.role, recovery.culprit, recovery.node_id, recovery.tier))
 
@@ -291,8 +312,8 @@ def _inplace(state: JobState, change: InPlaceJudged, note: _NoteFn) -> None:
         limit = state.spec.role(role).max_restart
         joined = f" ({decision.reason})" if decision.verdict is InPlaceVerdict.JOIN else ""
         message = f"restart {counted}/{limit}: {change.message}{joined}"
-        note(Note("inplace_restart", message, role, agent, node, Tier.IN_PLACE))
+        note(Note(EventKind.INPLACE_RESTART, message, role, agent, node, Tier.IN_PLACE))
     elif decision.verdict is InPlaceVerdict.JOIN:
-        note(Note("joined_recovery", decision.reason, role, agent, node))
+        note(Note(EventKind.JOINED_RECOVERY, decision.reason, role, agent, node))
     else:
-        note(Note("restart_limit", decision.reason, role, agent, tier=Tier.IN_PLACE))
+        note(Note(EventKind.RESTART_LIMIT, decision.reason, role, agent, tier=Tier.IN_PLACE))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlu_api.vocabulary import FailureKind
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import SUB_MASTER_RANK, RequestOutcome, remember_request
 
@@ -57,7 +58,7 @@ class DebugTools:
                 Failure(
                     name,
                     manager.state.actors[name].role,
-                    "error_report",
+                    FailureKind.ERROR_REPORT,
                     message,
                     manager.state.actors[name].node_id,
                 )

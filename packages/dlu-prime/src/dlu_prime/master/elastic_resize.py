@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from dlu_api.vocabulary import DEATH_KINDS, ActorStage, EventKind
 from dlu_prime.master.changes import ActorsPlaced, Note
 from dlu_prime.master.elastic_policy import (
     GROWN,
@@ -31,11 +32,10 @@ from dlu_prime.master.elastic_policy import (
     missing_nodes,
     role_nodes,
 )
-from dlu_prime.master.failover import DEATH_KINDS
 from dlu_prime.master.lifecycle import EXIT_FAILED, FencedError, gone
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState, ResizeRecord
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState, ResizeRecord
 from dlu_prime.naming import sub_master_name
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, SchedulingError
 
@@ -115,7 +115,7 @@ class ElasticResizer:
                 return Assessment()
             if verdict.below_min is not None and (spec.name, verdict.lost) not in self._noted:
                 self._noted.add((spec.name, verdict.lost))
-                m.apply(Note("elastic_below_min", verdict.below_min, spec.name))
+                m.apply(Note(EventKind.ELASTIC_BELOW_MIN, verdict.below_min, spec.name))
             if verdict.shrink is not None:
                 lost = ", ".join(f"node {k}" for k in verdict.lost)
                 marked = any(state.actors[n].node_id in dead for n in verdict.shrink.removed)
@@ -210,7 +210,7 @@ class ElasticResizer:
             if record.role not in self._waiting:
                 self._waiting.add(record.role)
                 why = f"resize of role {record.role} waits: {exc}; it goes on once the SubMaster is set up again"
-                m.apply(Note("resize_waiting", why, record.role))
+                m.apply(Note(EventKind.RESIZE_WAITING, why, record.role))
             return
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -227,7 +227,7 @@ class ElasticResizer:
         m.liveness.forget()
         if error is not None and record.removed and record.cause.startswith(NODE_LOST):
             # the survivors could not re-form: the failover ladder takes over (the role restarts)
-            m.apply(Note("elastic_reform_failed", error, record.role))
+            m.apply(Note(EventKind.ELASTIC_REFORM_FAILED, error, record.role))
 
     def _carry_out(self, record: ResizeRecord) -> None:
         m = self._manager

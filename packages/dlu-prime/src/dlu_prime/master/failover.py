@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from dlu_api.spec.models import RecoveryPolicy
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import DEATH_KINDS, FailureKind, InPlaceDecision, InPlaceVerdict, Tier
 from dlu_prime.master.causality import FaultInFlight, Report, effect_of
 from dlu_prime.master.elastic_policy import NODE_LOST as LOSS_CAUSE
 from dlu_prime.master.monitor import Failure
-from dlu_prime.master.state import SUB_MASTER_RANK, JobState, Tier
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 from dlu_prime.roles import recovery_policy
 
 
@@ -65,9 +65,7 @@ def culprit(failure: Failure) -> str:
     return f"{failure.actor}{where} ({failure.kind}): {lines[-1] if lines else failure.kind}"
 
 
-# A failure of the actor's process: everything else on its node may have died with it.
-DEATH_KINDS = frozenset({"died", "restarted", "unavailable"})
-NODE_LOST = "node_lost"
+NODE_LOST = FailureKind.NODE_LOST
 
 
 def node_mates(
@@ -199,7 +197,7 @@ def plan_failover(
         for name, record in state.actors.items():  # everything on a relaunched node restarts
             if record.node_id in relaunch and name not in affected:
                 affected[name] = Failure(
-                    name, record.role, "node_relaunch", "node relaunched", record.node_id
+                    name, record.role, FailureKind.NODE_RELAUNCH, "node relaunched", record.node_id
                 )
 
     recoveries, stop = _handle(state, affected, first)
@@ -321,22 +319,6 @@ def job_restart(
     ), None
 
 
-class InPlaceVerdict(StrEnum):
-    RESTART = "restart"  # a fault of its own: counted, every rank restarts in place
-    JOIN = "join"  # recovered by the recovery in flight (or about to start): no restart of its own
-    STOP = "stop"  # over the role's limit: the job stops
-
-
-@dataclass(frozen=True)
-class InPlaceDecision:
-    """`counted`: the report is a fault of its own (counted on its rank) even when it JOINs,
-    because one recovery in flight recovers it too (causality rule 2)."""
-
-    verdict: InPlaceVerdict
-    reason: str = ""
-    counted: bool = False
-
-
 def judge_inplace(
     state: JobState,
     role: str,
@@ -411,7 +393,7 @@ def setup_retry(state: JobState, actor: str, error: str) -> tuple[Recovery | Non
     limit = state.spec.role(record.role).max_restart
     sub = record.rank == SUB_MASTER_RANK
     used = role.sub_master_restart_count if sub else role.restart_count
-    failure = Failure(actor, record.role, "died", error, record.node_id)
+    failure = Failure(actor, record.role, FailureKind.DIED, error, record.node_id)
     if used + 1 > limit:
         what = "restarting its SubMaster" if sub else "setting up its actors"
         return None, with_traceback(

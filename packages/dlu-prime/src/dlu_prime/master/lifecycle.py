@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, ActorStage, JobState, RoleRecord
+from dlu_api.vocabulary import ActorStage
+from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState, RoleRecord
 from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation

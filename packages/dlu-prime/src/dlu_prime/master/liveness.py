@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.monitor import track_beats, track_steps, track_unavailable
-from dlu_prime.master.state import ActorStage
 from dlu_prime.scheduler.base import ActorObservation
 
 

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 
 from dlu_api.status import JobStage, JobStatus
-from dlu_prime.master.state import JobState, Tier, close_actors
+from dlu_api.vocabulary import EventKind, Tier
+from dlu_prime.master.state import JobState, close_actors
 from dlu_prime.state.base import StateConflictError, StateStore, StateStoreError
 
 logger = logging.getLogger(__name__)
@@ -43,14 +44,19 @@ def close_lost_job(store: StateStore, job: str, cause: str) -> JobStatus | None:
     moved), it is alive after all: its state is returned as it is.
     """
     return _close(
-        store, job, lambda state: lost_master_reason(state, cause), EXIT_FAILED, "master_lost", Tier.MASTER
+        store,
+        job,
+        lambda state: lost_master_reason(state, cause),
+        EXIT_FAILED,
+        EventKind.MASTER_LOST,
+        Tier.MASTER,
     )
 
 
 def close_killed_job(store: StateStore, job: str, reason: str, exit_code: int) -> JobStatus | None:
     """Write the end of a job whose PrimeMaster and actors were just killed on purpose (a
     stop at once); its status, or None if nothing is stored. A state already STOPPED stays."""
-    return _close(store, job, lambda _state: reason, exit_code, "killed", None)
+    return _close(store, job, lambda _state: reason, exit_code, EventKind.KILLED, None)
 
 
 def _close(
@@ -58,7 +64,7 @@ def _close(
     job: str,
     reason_of: Callable[[JobState], str],
     exit_code: int,
-    kind: str,
+    kind: EventKind,
     tier: Tier | None,
 ) -> JobStatus | None:
     try:
@@ -77,7 +83,7 @@ def _close(
         close_actors(state)
         now = time.time()
         state.record(kind, reason, tier=tier, at=now)
-        state.record("stage", f"{before.value} -> STOPPED: {reason}", at=now)
+        state.record(EventKind.STAGE, f"{before.value} -> STOPPED: {reason}", at=now)
         state.updated_at = now
         store.put(job, state.dumps(), stored.token)
         return state.to_status()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus
+from dlu_api.vocabulary import EventKind, Tier
 from dlu_prime.extension import Extension
 from dlu_prime.master.changes import (
     Change,
@@ -54,7 +55,7 @@ from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.schema import refuse_newer
 from dlu_prime.master.setup_checks import SetupChecks
 from dlu_prime.master.stages import StageDriver
-from dlu_prime.master.state import JobState, Tier
+from dlu_prime.master.state import JobState
 from dlu_prime.scheduler.base import ActorObservation, Scheduler
 from dlu_prime.state.base import StateStore
 
@@ -130,7 +131,9 @@ class PrimeManager:
         manager = cls(
             new_state(spec), scheduler, store, existing.token if existing else None, clock, extension
         )
-        manager.apply(Note("job_created", f"job {spec.name} created (run {manager.state.run_id[:8]})"))
+        manager.apply(
+            Note(EventKind.JOB_CREATED, f"job {spec.name} created (run {manager.state.run_id[:8]})")
+        )
         return manager
 
     @classmethod
@@ -159,7 +162,10 @@ class PrimeManager:
         why = old.reason.splitlines()[0] if old.reason else "no reason recorded"
         restarts = f"restart {state.job_restart_count}/{spec.limits.job_max_restart}"
         manager.apply(
-            Note("job_resumed", f"job {spec.name} resumed ({restarts}) after stage {old.stage.value}: {why}")
+            Note(
+                EventKind.JOB_RESUMED,
+                f"job {spec.name} resumed ({restarts}) after stage {old.stage.value}: {why}",
+            )
         )
         return manager
 
@@ -222,7 +228,7 @@ class PrimeManager:
         if self.writer.unsaved or self.writer.dirty:
             self.save()
 
-    def _record_unsaved(self, kind: str, message: str, duration_s: float | None) -> None:
+    def _record_unsaved(self, kind: EventKind, message: str, duration_s: float | None) -> None:
         """An event of the state writer itself (a store outage and its end): on the timeline at
         once, so `dlu status` and the console show it; written with the next save."""
         with self.lock:
@@ -266,7 +272,9 @@ class PrimeManager:
     ) -> None:
         """An event from a SubMaster (node check verdicts, the end of an in-place restart with
         its duration), saved at once."""
-        self.apply(Note(kind, message, role, tier=Tier(tier) if tier else None, duration_s=duration_s))
+        self.apply(
+            Note(EventKind(kind), message, role, tier=Tier(tier) if tier else None, duration_s=duration_s)
+        )
 
     def checkpoint_restored(self, role: str, step: int, source: str, lost_steps: int | None) -> None:
         """A role's ranks resumed checkpoint `step` from `source` after a recovery (reported by

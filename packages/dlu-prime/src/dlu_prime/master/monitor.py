@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState
+from dlu_api.vocabulary import ActorStage, FailureKind
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
 
@@ -19,7 +20,7 @@ class Failure:
 
     actor: str
     role: str
-    kind: str  # "died", "restarted", "unavailable", "failed", "error_report", "heartbeat_timeout", "hang"
+    kind: FailureKind
     message: str
     node_id: str | None = None
 
@@ -81,12 +82,20 @@ def assess(
             if now - since > timeout:
                 message = f"unavailable for {now - since:.0f}s (timeout {timeout:g}s): {seen.error}"
                 failures.append(
-                    Failure(name, record.role, "unavailable", message, record.node_id or seen.node_id)
+                    Failure(
+                        name, record.role, FailureKind.UNAVAILABLE, message, record.node_id or seen.node_id
+                    )
                 )
             continue
         if stage is None:
             failures.append(
-                Failure(name, record.role, "died", seen.error or "actor died", record.node_id or seen.node_id)
+                Failure(
+                    name,
+                    record.role,
+                    FailureKind.DIED,
+                    seen.error or "actor died",
+                    record.node_id or seen.node_id,
+                )
             )
             continue
         recorded = record.stage
@@ -95,20 +104,28 @@ def assess(
         if seen.reconstructed and stage is init and recorded is not init:
             where = f" on node {seen_node[:12]}" if seen_node else ""
             message = f"actor process died; Ray reconstructed it{where}"
-            failures.append(Failure(name, record.role, "restarted", message, node or seen_node))
+            failures.append(Failure(name, record.role, FailureKind.RESTARTED, message, node or seen_node))
             continue
         if seen_node and seen_node != node:
             node_changes[name] = seen_node
         if stage is not recorded:
             stage_changes[name] = stage
         if stage is failed:
-            failures.append(Failure(name, record.role, "failed", seen.error or "failed", node or seen_node))
+            failures.append(
+                Failure(name, record.role, FailureKind.FAILED, seen.error or "failed", node or seen_node)
+            )
             continue
         reported = seen.reported_errors
         if reported and len(reported) > record.errors_seen:
             errors_seen[name] = len(reported)
             failures.append(
-                Failure(name, record.role, "error_report", reported[record.errors_seen], node or seen_node)
+                Failure(
+                    name,
+                    record.role,
+                    FailureKind.ERROR_REPORT,
+                    reported[record.errors_seen],
+                    node or seen_node,
+                )
             )
         if stage is not running:
             continue
@@ -120,7 +137,7 @@ def assess(
                 Failure(
                     name,
                     record.role,
-                    "heartbeat_timeout",
+                    FailureKind.HEARTBEAT_TIMEOUT,
                     f"no heartbeat for {now - beat[1]:.0f}s (timeout {timeout:g}s)",
                     node or seen_node,
                 )
@@ -132,7 +149,7 @@ def assess(
                     Failure(
                         name,
                         record.role,
-                        "hang",
+                        FailureKind.HANG,
                         f"training step stuck at {seen.step} for {now - moved[1]:.0f}s "
                         f"(hang timeout {hang_timeout:g}s)",
                         node or seen_node,

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dlu_api.vocabulary import EventKind
 from dlu_prime.master.lifecycle import FencedError
 from dlu_prime.master.state import JobState
 from dlu_prime.state.base import (
@@ -39,7 +40,7 @@ store's whole retry budget)."""
 PROBE_FIRST_S = 0.2
 PROBE_MAX_S = 5.0
 
-Record = Callable[[str, str, float | None], None]
+Record = Callable[[EventKind, str, float | None], None]
 """Records an event (kind, message, duration) on the in-memory timeline, without a save."""
 
 
@@ -206,7 +207,7 @@ class StateWriter:
             logger.warning("job %s: state store unavailable, running on (%s)", state.job, exc)
             if self._record is not None:
                 self._record(
-                    "state_store_unavailable",
+                    EventKind.STATE_STORE_UNAVAILABLE,
                     f"state store {self.store.name!r} unavailable; the job runs on and its state is "
                     f"written when the store is back ({exc.detail})",
                     None,
@@ -221,7 +222,7 @@ class StateWriter:
         if self._record is not None:
             took = f" after {lasted:.1f}s" if lasted is not None else ""
             self._record(
-                "state_store_restored",
+                EventKind.STATE_STORE_RESTORED,
                 f"state store {self.store.name!r} back{took}; the latest state is written",
                 lasted,
             )

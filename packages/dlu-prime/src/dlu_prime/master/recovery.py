@@ -13,6 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import (
+    DEATH_KINDS,
+    ActorStage,
+    EventKind,
+    FailureKind,
+    InPlaceDecision,
+    InPlaceVerdict,
+    Tier,
+)
 from dlu_prime.extension import NodeInfo
 from dlu_prime.master.changes import (
     ActorsPlaced,
@@ -27,10 +36,7 @@ from dlu_prime.master.changes import (
     Note,
 )
 from dlu_prime.master.failover import (
-    DEATH_KINDS,
     FailoverPlan,
-    InPlaceDecision,
-    InPlaceVerdict,
     Recovery,
     job_restart,
     judge_inplace,
@@ -46,7 +52,7 @@ from dlu_prime.master.lifecycle import (
     unstarted,
 )
 from dlu_prime.master.monitor import Failure
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, FailoverRecord, Tier
+from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord
 from dlu_prime.scheduler.base import ActorObservation
 
 if TYPE_CHECKING:
@@ -184,7 +190,9 @@ class FailoverRunner:
         if record.tier is Tier.JOB or m.state.stage is not JobStage.RUNNING:
             m.finish(EXIT_FAILED, f"job-level failover failed: {error}; first failure: {record.reason}")
             return
-        first = Failure(record.culprit or record.actors[0], record.role or "", "failover_failed", error)
+        first = Failure(
+            record.culprit or record.actors[0], record.role or "", FailureKind.FAILOVER_FAILED, error
+        )
         recoveries, stop = job_restart(m.state, first, [record.role] if record.role else [])
         if stop is not None:
             m.finish(EXIT_FAILED, stop)
@@ -250,7 +258,7 @@ class FailoverRunner:
                 if over is not None:
                     raise RestartLimitError(f"{over} (restarting {', '.join(names)}: {reason})")
             m.apply(ActorsRestarting(names, reason, counted))
-        self.replace(names, Note("actors_restarted", f"{len(names)} actor(s) replaced and ready"))
+        self.replace(names, Note(EventKind.ACTORS_RESTARTED, f"{len(names)} actor(s) replaced and ready"))
 
     def note_inplace_restart(
         self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False

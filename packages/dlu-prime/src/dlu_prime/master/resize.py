@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, EventKind
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
     ActorRecord,
-    ActorStage,
     JobState,
     RequestOutcome,
     ResizeRecord,
@@ -30,7 +30,7 @@ from dlu_prime.master.state import (
 )
 from dlu_prime.naming import actor_name
 
-EventSpec = tuple[str, str, float | None]
+EventSpec = tuple[EventKind, str, float | None]
 """(kind, message, duration_s) of an event a resize change records."""
 
 
@@ -97,13 +97,13 @@ def fell_below_min(state: JobState, change: FellBelowMin) -> list[EventSpec]:
     record.stage = ActorStage.FAILED
     role = state.roles[change.role]
     role.inplace_restart_count -= min(change.forgiven, role.inplace_restart_count)
-    return [("died", change.message, None)]
+    return [(EventKind.DIED, change.message, None)]
 
 
 def started_without(state: JobState, change: StartedWithout) -> list[EventSpec]:
     for name in change.names:
         state.actors.pop(name, None)
-    return [("elastic_start", change.message, None)]
+    return [(EventKind.ELASTIC_START, change.message, None)]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def target_set(state: JobState, change: TargetSet) -> list[EventSpec]:
     if record.target_nodes == change.nodes:
         return []
     record.target_nodes = change.nodes
-    return [("resize_target", f"keeps {change.nodes} node(s) (dlu scale)", None)]
+    return [(EventKind.RESIZE_TARGET, f"keeps {change.nodes} node(s) (dlu scale)", None)]
 
 
 def plan_resize(state: JobState, role: str, size: int) -> ResizePlan:
@@ -224,7 +224,7 @@ def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[Event
     for name, rank in plan.added:
         state.actors.setdefault(name, ActorRecord(name=name, role=plan.role, rank=rank))
     uncounted = f"; {forgiven} in-place restart(s) it caused not counted" if forgiven else ""
-    return [("resize_started", f"{_what(state, state.resize)} ({change.cause}{uncounted})", None)]
+    return [(EventKind.RESIZE_STARTED, f"{_what(state, state.resize)} ({change.cause}{uncounted})", None)]
 
 
 def _what(state: JobState, record: ResizeRecord) -> str:
@@ -253,18 +253,22 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
         state.roles[record.role].last_resize_at = now
     what = f"{_what(state, record)} ({record.cause})"
     handed_back: list[EventSpec] = [
-        ("shards_requeued", f"shard queue {queue!r}: shards {list(ids)} of stopped actors back in todo", None)
+        (
+            EventKind.SHARDS_REQUEUED,
+            f"shard queue {queue!r}: shards {list(ids)} of stopped actors back in todo",
+            None,
+        )
         for queue, ids in sorted(change.requeued.items())
         if ids
     ]
     if change.error is None:
-        ended: EventSpec = ("resize_done", f"{what} done in {took:.2f}s", took)
+        ended: EventSpec = (EventKind.RESIZE_DONE, f"{what} done in {took:.2f}s", took)
     else:
         size = role_size(state, record.role)
         if record.nodes is not None:
             size = size // state.spec.role(record.role).per_group
         ended = (
-            "resize_failed",
+            EventKind.RESIZE_FAILED,
             f"{what} failed after {took:.2f}s, role left at {size}: {change.error}",
             took,
         )

@@ -13,17 +13,11 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.changes import ActorsPlaced
 from dlu_prime.master.lifecycle import FencedError, start_targets
 from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, TargetSet, plan_resize
-from dlu_prime.master.state import (
-    SUB_MASTER_RANK,
-    ActorStage,
-    JobState,
-    RequestOutcome,
-    ResizeRecord,
-    role_size,
-)
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState, RequestOutcome, ResizeRecord, role_size
 
 if TYPE_CHECKING:
     from dlu_prime.master.manager import PrimeManager

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, EventKind
 from dlu_prime.master.changes import ActorsClosed, ActorsPlaced, ActorsStaged, Note, Observed
 from dlu_prime.master.elastic_resize import unplaced_elastic
 from dlu_prime.master.lifecycle import (
@@ -28,7 +29,6 @@ from dlu_prime.master.lifecycle import (
 from dlu_prime.master.monitor import Assessment, Failure, assess
 from dlu_prime.master.resize import resizing
 from dlu_prime.master.stall_watch import StallWatch
-from dlu_prime.master.state import ActorStage
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, SchedulingError
 
 if TYPE_CHECKING:
@@ -109,10 +109,10 @@ class StageDriver:
         """INIT -> READY: place and create actors, run their self checks and the SubMasters' checks."""
         groups = getattr(self.m.scheduler, "node_groups", None)
         if groups is not None:  # a wait for MIN:MAX nodes is put on the timeline as it begins
-            groups.on_wait = lambda message: self.m.apply(Note("waiting_for_nodes", message))
+            groups.on_wait = lambda message: self.m.apply(Note(EventKind.WAITING_FOR_NODES, message))
         try:
             nodes = self.m.scheduler.prepare()
-            placed = Note("actors_created", f"{len(nodes)} actor(s) placed")
+            placed = Note(EventKind.ACTORS_CREATED, f"{len(nodes)} actor(s) placed")
             self.m.apply(ActorsPlaced(nodes, note=placed), *unplaced_elastic(self.m.state, nodes))
             names = list(self.m.state.actors)
             if self._stop_request is not None:
@@ -190,16 +190,16 @@ class StageDriver:
         """Stop, clean up, then STOPPED even if a step failed: a job left in STOPPING would keep
         its driver waiting forever. A failed step is recorded on the timeline."""
         live = [n for n, a in self.m.state.actors.items() if not a.stage.is_terminal]
-        steps: list[tuple[str, Callable[[], None]]] = [
-            ("stop", lambda: self.m.scheduler.stop(live)),
-            ("cleanup", self.m.scheduler.cleanup),
+        steps: list[tuple[str, EventKind, Callable[[], None]]] = [
+            ("stop", EventKind.STOP_FAILED, lambda: self.m.scheduler.stop(live)),
+            ("cleanup", EventKind.CLEANUP_FAILED, self.m.scheduler.cleanup),
         ]
-        for step, call in steps:
+        for step, kind, call in steps:
             try:
                 call()
             except Exception as exc:
                 logger.exception("job %s: %s failed", self.m.state.job, step)
-                self.m.apply(Note(f"{step}_failed", f"{type(exc).__name__}: {exc}"))
+                self.m.apply(Note(kind, f"{type(exc).__name__}: {exc}"))
         self.m.apply(ActorsClosed())
         self.m.transition(JobStage.STOPPED)
         self.m.writer.retain(self.m.state.job)

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dlu_prime.master.state import SUB_MASTER_RANK, ActorStage, JobState
+from dlu_api.vocabulary import ActorStage, EventKind
+from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 from dlu_prime.scheduler.base import ActorObservation
 
-STALLED = "stalled"
-RESUMED = "progress_resumed"
+STALLED = EventKind.STALLED
+RESUMED = EventKind.PROGRESS_RESUMED
 
 
 @dataclass(frozen=True)

@@ -8,35 +8,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlu_api.diagnosis import FAILURE_KINDS
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import ActorStatus, JobEvent, JobStage, JobStatus, RoleStatus
+from dlu_api.vocabulary import FAILURE_EVENTS, ActorStage, EventKind, Tier
 from dlu_prime.master.schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported for readers
 from dlu_prime.master.schema import SchemaVersionError as SchemaVersionError
 from dlu_prime.master.schema import upgrade
 
 SUB_MASTER_RANK = -1  # the rank recorded for a role's SubMaster
 MAX_EVENTS = 500
-
-
-class ActorStage(StrEnum):
-    """Worker lifecycle of the architecture seed."""
-
-    INIT = "INIT"
-    READY = "READY"
-    RUNNING = "RUNNING"
-    FINISH = "FINISH"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"  # stopped by the job's end while it still ran (no longer RUNNING)
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (ActorStage.FINISH, ActorStage.FAILED, ActorStage.STOPPED)
 
 
 def close_actors(state: JobState) -> None:
@@ -91,17 +75,6 @@ class RoleRecord(BaseModel):
     last_resize_at: float | None = Field(
         default=None, description="When an elastic role's last resize ended (resize_interval_s)."
     )
-
-
-class Tier(StrEnum):
-    """Rungs of the failover ladder (DESIGN section 4)."""
-
-    IN_PLACE = "in_place"
-    ROLE = "role"
-    JOB = "job"
-    NODE = "node"
-    SUB_MASTER = "sub_master"
-    MASTER = "master"
 
 
 class FailoverRecord(BaseModel):
@@ -233,7 +206,7 @@ class JobState(BaseModel):
 
     def record(
         self,
-        kind: str,
+        kind: EventKind,
         message: str,
         *,
         role: str | None = None,
@@ -256,7 +229,7 @@ class JobState(BaseModel):
             seq=self.event_seq + 1,
         )
         self.event_seq = event.seq
-        if self.first_failure is None and kind in FAILURE_KINDS:
+        if self.first_failure is None and kind in FAILURE_EVENTS:
             self.first_failure = event
         self.events.append(event)
         if len(self.events) > MAX_EVENTS:

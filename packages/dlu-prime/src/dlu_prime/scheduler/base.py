@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlu_prime.master.state import ActorStage
+from dlu_api.vocabulary import ActorStage
 
 
 class SchedulingError(Exception):

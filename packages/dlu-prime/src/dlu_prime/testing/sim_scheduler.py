@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dlu_api.spec.models import JobSpec
-from dlu_prime.master.state import ActorStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.naming import actor_name
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler
 from dlu_prime.scheduler.placement import plan_placement

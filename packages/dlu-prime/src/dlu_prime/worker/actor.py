@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlu_api.spec.models import LogsSettings
-from dlu_prime.master.state import ActorStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 from dlu_prime.worker.entrypoint import LoadedEntrypoint, Outcome, Result, prepend_sys_path
 from dlu_prime.worker.rank_logs import RankOutput, redirect_this_process

@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from dlu_api.spec.models import HealthSettings, RoleSpec
-from dlu_prime.master.state import ActorStage
+from dlu_api.vocabulary import ActorStage, EventKind
 from dlu_prime.naming import NAMESPACE, actor_name, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor, WorkerInfo
 from dlu_prime.worker.entrypoint import EntrypointError
@@ -34,7 +34,7 @@ class SubMaster:
         self.config = config
         self.spec = spec
 
-    def record_event(self, kind: str, message: str) -> None:
+    def record_event(self, kind: EventKind, message: str) -> None:
         """Add to the job's event timeline (kept by the PrimeMaster)."""
         import ray
 
