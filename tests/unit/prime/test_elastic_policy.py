@@ -345,3 +345,24 @@ def test_an_independent_crash_just_before_a_node_loss_stays_counted() -> None:
     peer = "round 4: job.trainer.1 exited 1: RuntimeError: Connection closed by peer"
     state.record("inplace_restart", peer, role="trainer", actor=T(1), node_id="ray-0", at=T0)
     assert forgiven_by_loss(state, "trainer", T0, [T(2), T(3)]) == 2
+
+
+def test_reports_during_a_node_loss_resize_are_judged_by_cause() -> None:
+    """A resize of the role for a lost node is a recovery in flight: a peer's failed collective
+    joins it uncounted, a rank on the lost node joins it, a crash of its own is counted once and
+    recovered by the resize's new round (no restart of its own, no slow poll of the lost peer)."""
+    from dlu_api.vocabulary import InPlaceVerdict
+    from dlu_prime.master.failover import judge_inplace
+
+    state = running([0, 1])
+    verdict = judge_loss(state, "trainer", {T(2): T0}, {"ray-1"}, T0, has_extension=False)
+    assert verdict.shrink is not None
+    apply_change(state, ResizeBegan(verdict.shrink, "node lost: node 1, Ray marked it dead"), T0)
+    peer = judge_inplace(state, "trainer", T(0), "exited 1", [], "Connection reset by peer")
+    assert (
+        peer.verdict is InPlaceVerdict.JOIN and not peer.counted and "resize of role trainer" in peer.reason
+    )
+    lost = judge_inplace(state, "trainer", T(3), "exited -9", [])
+    assert lost.verdict is InPlaceVerdict.JOIN and not lost.counted
+    own = judge_inplace(state, "trainer", T(0), "exited -9", [])
+    assert own.verdict is InPlaceVerdict.JOIN and own.counted

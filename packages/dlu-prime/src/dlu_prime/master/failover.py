@@ -342,25 +342,13 @@ def judge_inplace(
     who = reporter or "a rank"
     if state.stage is not JobStage.RUNNING:
         return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: the job is {state.stage.value}")
-    in_flight = state.failover
-    covering = (
-        in_flight
-        if in_flight is not None and (in_flight.tier is Tier.JOB or in_flight.role == role)
-        else None
-    )
-    fault = (
-        FaultInFlight(frozenset(covering.actors), frozenset(state.removed_nodes))
-        if covering is not None
-        else None
-    )
+    covering = _covering(state, role)
+    fault = covering[1] if covering is not None else None
     nodes = {name: record.node_id for name, record in state.actors.items()}
     culprits = [name for name in dead_peers if name != reporter]
     if effect_of(Report(reporter, f"{message}\n{error}"), fault, culprits, nodes):
         if covering is not None:
-            cause = covering.culprit or ", ".join(covering.actors)
-            return InPlaceDecision(
-                InPlaceVerdict.JOIN, f"{who}: part of the {covering.tier.value} failover of {cause}"
-            )
+            return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: part of the {covering[0]}")
         return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: its peer {', '.join(culprits)} died")
     limit = state.spec.role(role).max_restart
     if state.roles[role].inplace_restart_count + 1 > limit:
@@ -370,10 +358,7 @@ def judge_inplace(
         detail = error.strip()
         return InPlaceDecision(InPlaceVerdict.STOP, f"{reason}\n{detail}" if "\n" in detail else reason)
     if covering is not None:
-        cause = covering.culprit or ", ".join(covering.actors)
-        why = (
-            f"{who}: a fault of its own, recovered by the {covering.tier.value} failover of {cause} in flight"
-        )
+        why = f"{who}: a fault of its own, recovered by the {covering[0]} in flight"
         return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
     if culprits:
         why = f"{who}: a fault of its own, recovered by the failover of its dead peer {', '.join(culprits)}"
@@ -382,6 +367,28 @@ def judge_inplace(
         why = f"{who}: a fault of its own, found after its round moved on: recovered by the round under way"
         return InPlaceDecision(InPlaceVerdict.JOIN, why, counted=True)
     return InPlaceDecision(InPlaceVerdict.RESTART, counted=True)
+
+
+def _covering(state: JobState, role: str) -> tuple[str, FaultInFlight] | None:
+    """The recovery in flight that re-forms `role`'s training (its name, and the fault it
+    handles): a failover of the role or of the job, or a resize of the role (whose lost nodes
+    are that fault's). None when nothing is in flight for it."""
+    in_flight = state.failover
+    if in_flight is not None and (in_flight.tier is Tier.JOB or in_flight.role == role):
+        cause = in_flight.culprit or ", ".join(in_flight.actors)
+        fault = FaultInFlight(frozenset(in_flight.actors), frozenset(state.removed_nodes))
+        return f"{in_flight.tier.value} failover of {cause}", fault
+    resize = state.resize
+    if resize is not None and resize.role == role:
+        leaving = frozenset(resize.removed)
+        lost = frozenset(
+            node
+            for name in leaving
+            if name in state.actors and (node := state.actors[name].node_id) is not None
+        )
+        lost = lost if resize.cause.startswith(LOSS_CAUSE) else frozenset()
+        return f"resize of role {role} ({resize.cause})", FaultInFlight(leaving, lost)
+    return None
 
 
 def setup_retry(state: JobState, actor: str, error: str) -> tuple[Recovery | None, str | None]:

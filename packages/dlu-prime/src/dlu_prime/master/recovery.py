@@ -52,6 +52,7 @@ from dlu_prime.master.lifecycle import (
     unstarted,
 )
 from dlu_prime.master.monitor import Failure
+from dlu_prime.master.resize import resizing
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord
 from dlu_prime.scheduler.base import ActorObservation
 
@@ -269,10 +270,11 @@ class FailoverRunner:
         `recovered`: found after its round moved on (a failover or resize re-forms training
         anyway): counted if it is its own fault, with no restart of its own."""
         m = self._manager
+        leaving = resizing(m.state)  # a resize in flight already handles them: no slow poll
         peers = [
             n
             for n, a in m.state.actors.items()
-            if a.role == role and a.rank != SUB_MASTER_RANK and n != agent
+            if a.role == role and a.rank != SUB_MASTER_RANK and n != agent and n not in leaving
         ]
         dead = [n for n, seen in m.scheduler.poll(peers).items() if gone(seen)] if peers else []
         with m.lock:
