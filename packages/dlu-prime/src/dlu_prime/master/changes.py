@@ -49,6 +49,7 @@ from dlu_prime.master.resize import (
     target_set,
 )
 from dlu_prime.master.state import ChannelRecord, FailoverRecord, JobState, close_actors
+from dlu_prime.master.tiers import charge
 
 # The change types live in `change_types`; callers import them from here, with `apply_change`.
 __all__ = [
@@ -190,15 +191,15 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
                 )
             )
         case NodesRelaunched(nodes=nodes, replaced_by=replaced, duration_s=took):
-            state.node_restart_count += len(nodes)
             for node in nodes:
+                charge(state, Tier.NODE)
                 state.node_failures[node] = 0
             limit = state.spec.limits.node_max_restart
             by = ", ".join(n[:12] for n in replaced) or "none"
             message = f"{len(nodes)} node(s) replaced by {by} ({state.node_restart_count}/{limit})"
             note(Note(EventKind.NODE_RELAUNCHED, message, tier=Tier.NODE, duration_s=took))
         case MasterRestarted():
-            state.master_restart_count += 1
+            charge(state, Tier.MASTER)
             in_flight = f"; {state.failover.tier.value} failover in flight" if state.failover else ""
             limit = state.spec.limits.master_max_restart
             message = (
@@ -238,19 +239,8 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
 
 def count(state: JobState, recovery: Recovery) -> None:
     """Charge a recovery to its budget: the job's, the SubMaster's, or its role's and actors'."""
-    if recovery.tier is Tier.JOB:
-        state.job_restart_count += 1
-        state.global_restart_count += 1
-        for role in state.roles.values():
-            role.escalation_count = 0
-    elif recovery.tier is Tier.SUB_MASTER and recovery.role is not None:
-        state.roles[recovery.role].sub_master_restart_count += 1
-    elif recovery.role is not None:
-        role = state.roles[recovery.role]
-        role.restart_count += 1
-        role.escalation_count += 1
-        for name in recovery.actors:
-            state.actors[name].restart_count += 1
+    if recovery.tier is Tier.JOB or recovery.role is not None:
+        charge(state, recovery.tier, recovery.role, recovery.actors)
 
 
 def _observed(state: JobState, result: Assessment, note: _NoteFn) -> None:
@@ -307,8 +297,8 @@ def _inplace(state: JobState, change: InPlaceJudged, note: _NoteFn) -> None:
     record = state.actors.get(agent or "")
     node = record.node_id if record is not None else None
     if decision.verdict is not InPlaceVerdict.STOP and decision.counted:
-        counted = state.roles[role].inplace_restart_count + 1
-        state.roles[role].inplace_restart_count = counted
+        charge(state, Tier.IN_PLACE, role)
+        counted = state.roles[role].inplace_restart_count
         limit = state.spec.role(role).max_restart
         joined = f" ({decision.reason})" if decision.verdict is InPlaceVerdict.JOIN else ""
         message = f"restart {counted}/{limit}: {change.message}{joined}"

@@ -19,6 +19,7 @@ from dlu_prime.master.causality import FaultInFlight, Report, effect_of
 from dlu_prime.master.elastic_policy import NODE_LOST as LOSS_CAUSE
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState
+from dlu_prime.master.tiers import Budget, limit_reached, over_limit
 from dlu_prime.roles import recovery_policy
 
 
@@ -183,7 +184,7 @@ def plan_failover(
                 )
     first = current[0]
     if relaunch:
-        if state.node_restart_count + len(relaunch) > limits.node_max_restart:
+        if over_limit(state, Budget.NODE, adding=len(relaunch)):
             return FailoverPlan(
                 node_failures=node_failures,
                 stop=with_traceback(
@@ -232,7 +233,6 @@ def _handle(
     recoveries: list[Recovery] = []
     for role in roles:
         role_spec = spec.role(role)
-        record = state.roles[role]
         names = [n for n in affected if state.actors[n].role == role]
         sub = [n for n in names if state.actors[n].rank == SUB_MASTER_RANK]
         workers = [n for n in names if state.actors[n].rank != SUB_MASTER_RANK]
@@ -256,7 +256,7 @@ def _handle(
                 Recovery(Tier.SUB_MASTER, tuple(sub), why, role, cause.actor, cause.node_id, joined=True)
             )
         elif sub:
-            if record.sub_master_restart_count + 1 > role_spec.max_restart:
+            if over_limit(state, Budget.SUB_MASTER, role):
                 return (), (
                     f"role {role} reached max_restart={role_spec.max_restart} restarting its SubMaster; "
                     f"culprit: {culprit(culprit_failure)}"
@@ -292,10 +292,7 @@ def lost_with_node(state: JobState, actor: str) -> bool:
 def role_limit_reached(state: JobState, role: str) -> str | None:
     """The one check of a role's restart budget (role failovers, and restarts a SubMaster asks
     for): the limit it would exceed, or None."""
-    limit = state.spec.role(role).max_restart
-    if state.roles[role].restart_count + 1 > limit:
-        return f"role {role} reached max_restart={limit}"
-    return None
+    return limit_reached(state, Budget.ROLE, role)
 
 
 def job_restart(
@@ -303,12 +300,12 @@ def job_restart(
 ) -> tuple[tuple[Recovery, ...], str | None]:
     """Tier 3: every actor restarts, within the job and global-restart budgets."""
     limits = state.spec.limits
-    if state.global_restart_count + 1 > limits.global_restart_budget:
+    if over_limit(state, Budget.GLOBAL):
         return (), (
             f"global_restart_budget={limits.global_restart_budget} used up "
             f"({state.global_restart_count} job-level restarts); culprit: {culprit(first)}"
         )
-    if state.job_restart_count + 1 > limits.job_max_restart:
+    if over_limit(state, Budget.JOB):
         return (), (
             f"job_max_restart={limits.job_max_restart} reached ({state.job_restart_count} restarts); "
             f"culprit: {culprit(first)}"
@@ -351,7 +348,7 @@ def judge_inplace(
             return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: part of the {covering[0]}")
         return InPlaceDecision(InPlaceVerdict.JOIN, f"{who}: its peer {', '.join(culprits)} died")
     limit = state.spec.role(role).max_restart
-    if state.roles[role].inplace_restart_count + 1 > limit:
+    if over_limit(state, Budget.IN_PLACE, role):
         reason = (
             f"role {role} reached max_restart={limit} restarting training in place; culprit: {who}: {message}"
         )
@@ -396,12 +393,10 @@ def setup_retry(state: JobState, actor: str, error: str) -> tuple[Recovery | Non
     runs the checks again on its new incarnation, counted on its role like any restart; or the
     reason to stop when its role's budget is used up."""
     record = state.actors[actor]
-    role = state.roles[record.role]
     limit = state.spec.role(record.role).max_restart
     sub = record.rank == SUB_MASTER_RANK
-    used = role.sub_master_restart_count if sub else role.restart_count
     failure = Failure(actor, record.role, FailureKind.DIED, error, record.node_id)
-    if used + 1 > limit:
+    if over_limit(state, Budget.SUB_MASTER if sub else Budget.ROLE, record.role):
         what = "restarting its SubMaster" if sub else "setting up its actors"
         return None, with_traceback(
             f"role {record.role} reached max_restart={limit} {what}; culprit: {culprit(failure)}", failure

@@ -7,6 +7,7 @@ from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.state import SUB_MASTER_RANK, ActorRecord, JobState, RoleRecord
+from dlu_prime.master.tiers import exceeds
 from dlu_prime.naming import sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation
@@ -83,7 +84,7 @@ def resume_problem(spec: JobSpec, old: JobState | None) -> str | None:
     if old.stage is JobStage.STOPPED and old.exit_code == EXIT_OK:
         return f"job {spec.name} already finished successfully; submit it as a new job"
     limit = spec.limits.job_max_restart
-    if old.job_restart_count + 1 > limit:
+    if exceeds(old.job_restart_count, limit):  # the new spec's limit: raising it allows a resume
         return (
             f"job {spec.name}: job_max_restart={limit} reached ({old.job_restart_count} restarts); "
             "raise limits.job_max_restart to resume it"

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState, role_size
+from dlu_prime.master.tiers import TABLE, totals
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +60,9 @@ FAILOVER_BOUNDARIES_S: tuple[float, ...] = (
 """Histogram buckets around DESIGN section 9's recovery budgets (1.5 s in place, 4 s role)."""
 
 TIER_COUNTS: dict[str, Callable[[JobState], int]] = {
-    "in_place": lambda s: sum(r.inplace_restart_count for r in s.roles.values()),
-    "role": lambda s: sum(r.restart_count for r in s.roles.values()),
-    "sub_master": lambda s: sum(r.sub_master_restart_count for r in s.roles.values()),
-    "job": lambda s: s.job_restart_count,
-    "global": lambda s: s.global_restart_count,
-    "node": lambda s: s.node_restart_count,
-    "master": lambda s: s.master_restart_count,
+    budget.value: lambda s, b=budget.value: totals(s)[b] for budget in TABLE
 }
-"""Restarts per failover tier, read from the state's counters (extend as tiers gain counters)."""
+"""Restarts per failover tier, read from the tier table's counters (`tiers.TABLE`)."""
 
 
 @dataclass(frozen=True)

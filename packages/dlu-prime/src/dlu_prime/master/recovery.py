@@ -54,6 +54,7 @@ from dlu_prime.master.lifecycle import (
 from dlu_prime.master.monitor import Failure
 from dlu_prime.master.resize import resizing
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord
+from dlu_prime.master.tiers import Budget, escalation, over_limit
 from dlu_prime.scheduler.base import ActorObservation
 
 if TYPE_CHECKING:
@@ -136,10 +137,11 @@ class FailoverRunner:
         finished by the loop), past `master_max_restart` or in a short-lived stage it stops."""
         m = self._manager
         state = m.state
+        over = over_limit(state, Budget.MASTER)  # this restart, counted next, would pass the limit
         m.apply(MasterRestarted())
         limit = state.spec.limits.master_max_restart
         try:
-            if state.master_restart_count > limit and state.stage is not JobStage.STOPPED:
+            if over and state.stage is not JobStage.STOPPED:
                 restarts = f"{state.master_restart_count} PrimeMaster restarts"
                 m.finish(EXIT_FAILED, f"master_max_restart={limit} reached ({restarts})")
             elif state.stage is JobStage.RUNNING:
@@ -188,7 +190,7 @@ class FailoverRunner:
         m.apply(FailoverEnded(record, error))
         if error is None or m.state.stage in (JobStage.STOPPING, JobStage.STOPPED):
             return
-        if record.tier is Tier.JOB or m.state.stage is not JobStage.RUNNING:
+        if escalation(record.tier) is None or m.state.stage is not JobStage.RUNNING:
             m.finish(EXIT_FAILED, f"job-level failover failed: {error}; first failure: {record.reason}")
             return
         first = Failure(
