@@ -278,7 +278,13 @@ class FailoverRunner:
             for n, a in m.state.actors.items()
             if a.role == role and a.rank != SUB_MASTER_RANK and n != agent and n not in leaving
         ]
-        dead = [n for n, seen in m.scheduler.poll(peers).items() if gone(seen)] if peers else []
+        # Peers on a node Ray marks dead are dead: asking them would wait out the poll timeout
+        # (Ray cannot place them again) while the rank's agent waits for this answer.
+        nodes = [node for n in peers if (node := m.state.actors[n].node_id) is not None]
+        down = m.scheduler.dead_nodes(nodes) if nodes else set[str]()
+        dead = [n for n in peers if m.state.actors[n].node_id in down]
+        alive = [n for n in peers if n not in dead]
+        dead += [n for n, seen in m.scheduler.poll(alive).items() if gone(seen)] if alive else []
         with m.lock:
             decision = judge_inplace(m.state, role, agent, message, dead, error, recovered)
             m.apply(InPlaceJudged(role, agent, message, decision))
