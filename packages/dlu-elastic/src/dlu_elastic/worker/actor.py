@@ -32,6 +32,7 @@ from dlu_elastic.worker import error_file, store
 from dlu_elastic.worker.agent_loop import (
     HEARTBEAT_CALLS_PER_S,
     MASTER_GONE,
+    MASTER_GONE_PATIENCE_S,
     MIN_HEARTBEAT_INTERVAL_S,
     ElasticAgentLoop,
     heartbeat_interval,
@@ -274,7 +275,9 @@ class ElasticWorkerActor(ElasticAgentLoop):
                     try:
                         state = self._client.rendezvous(**self._join_args(port), timeout_s=600.0)
                     except RendezvousError as exc:
-                        if exc.code in MASTER_GONE and self._master_moved():
+                        # The ElasticMaster died while this agent joined: wait for the one the
+                        # PrimeMaster sets up again (its endpoint is published), then join it.
+                        if exc.code in MASTER_GONE and self._await_new_master(MASTER_GONE_PATIENCE_S, 0.5):
                             continue
                         raise
                     self.rounds += 1
