@@ -75,12 +75,12 @@ def test_resume_continues_the_event_numbering(
     resumed = PrimeManager.resume(
         first.state.spec, fake_scheduler_factory(first.state.spec), store, clock=fake_clock
     )
-    resumed.record_event("note", "after the resume")
+    resumed.record_event("node_check", "after the resume")
     stored = JobState.loads(store.get(first.state.spec.name).data)
     seqs = [e.seq for e in stored.events]
     assert seqs == sorted(set(seqs)) and seqs[0] == 1, seqs
     assert stored.event_seq == seqs[-1]
     assert stored.first_failure == first_failure
     fresh = cursor.take(resumed.status(events=1000).events)
-    assert [e.kind for e in fresh] == ["job_resumed", "note"]
+    assert [e.kind for e in fresh] == ["job_resumed", "node_check"]
     assert {e.seq for e in fresh}.isdisjoint(e.seq for e in seen)

@@ -80,10 +80,10 @@ def test_no_save_blocks_on_the_store_during_an_outage(
     store = OutageStore()
     manager = PrimeManager.create(spec, fake_scheduler_factory(spec), store, clock=fake_clock)
     store.down = True
-    manager.record_event("note", "one")
+    manager.record_event("node_check", "one")
     refused = store.refused
     for n in range(20):
-        manager.record_event("note", f"more {n}")
+        manager.record_event("node_check", f"more {n}")
     assert store.refused == refused == 1
     assert [e.kind for e in manager.status().events].count("state_store_unavailable") == 1
     store.down = False
@@ -117,7 +117,7 @@ def test_status_answers_while_a_write_hangs_and_the_log_says_so(
     manager.writer.slow_write_s = 0.2
     store.free.clear()
     store.entered.clear()
-    writer = threading.Thread(target=manager.record_event, args=("note", "written into a hung store"))
+    writer = threading.Thread(target=manager.record_event, args=("node_check", "written into a hung store"))
     writer.start()
     assert store.entered.wait(10)
     answers: list[Any] = []

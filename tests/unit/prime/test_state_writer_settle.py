@@ -80,10 +80,10 @@ def test_a_write_applied_after_its_timeout_does_not_fence_the_only_master(
     manager, store = _manager(make_spec, fake_scheduler_factory, fake_clock)
     job = manager.state.job
     store.hang()
-    manager.record_event("note", "written while the store hangs")  # times out, held
+    manager.record_event("node_check", "written while the store hangs")  # times out, held
     assert manager.unsaved and len(store.held) == 1
     store.resume()  # the held write lands now, behind the writer's back
-    manager.record_event("note", "after the store came back")
+    manager.record_event("node_check", "after the store came back")
     _flush_until_saved(manager)
     state = _stored(store, job)
     assert state.events[-1].message == manager.state.events[-1].message
@@ -99,7 +99,7 @@ def test_a_late_write_landing_between_settle_and_put_is_recognised(
     compare-and-set to it, settles again, finds its own write and writes on top."""
     manager, store = _manager(make_spec, fake_scheduler_factory, fake_clock)
     store.hang()
-    manager.record_event("note", "held")
+    manager.record_event("node_check", "held")
     held = list(store.held)
     store.held.clear()
     store.resume()  # reachable, but the held write has not landed yet
@@ -121,7 +121,7 @@ def test_a_late_write_after_the_next_write_is_refused_by_the_store(
 ) -> None:
     manager, store = _manager(make_spec, fake_scheduler_factory, fake_clock)
     store.hang()
-    manager.record_event("note", "held")
+    manager.record_event("node_check", "held")
     held = list(store.held)
     store.held.clear()
     store.resume()
@@ -136,7 +136,7 @@ def test_another_writer_still_fences(make_spec: Any, fake_scheduler_factory: Any
     manager, store = _manager(make_spec, fake_scheduler_factory, fake_clock)
     job = manager.state.job
     store.hang()
-    manager.record_event("note", "held")
+    manager.record_event("node_check", "held")
     store.held.clear()  # never lands
     store.resume()
     current = store.get(job)
