@@ -115,6 +115,10 @@ class EventKind(StrEnum):
     ELASTIC_START = "elastic_start"
     ELASTIC_BELOW_MIN = "elastic_below_min"
     ELASTIC_REFORM_FAILED = "elastic_reform_failed"
+    # checkpoints
+    CHECKPOINT_RESTORED = "checkpoint_restored"
+    CHECKPOINT_PERSISTED = "checkpoint_persisted"
+    CHECKPOINT_PERSIST_FAILED = "checkpoint_persist_failed"
     # progress
     STALLED = "stalled"  # no actor made progress for the stall window
     PROGRESS_RESUMED = "progress_resumed"

@@ -282,7 +282,9 @@ class PrimeManager:
         metric."""
         lost = "unknown" if lost_steps is None else str(lost_steps)
         self.apply(
-            Note("checkpoint_restored", f"resumed step {step} from {source}; steps lost: {lost}", role)
+            Note(
+                EventKind.CHECKPOINT_RESTORED, f"resumed step {step} from {source}; steps lost: {lost}", role
+            )
         )
         if self.metrics is not None and lost_steps:
             self.metrics.lost_steps(role, lost_steps)
