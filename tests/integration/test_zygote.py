@@ -3,6 +3,7 @@ gone, exiting when idle. Real processes; a private socket directory per test."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -223,3 +224,39 @@ def test_every_child_of_a_killed_zygote_is_reported_whether_forked_ahead_or_not(
         assert proc.poll() is None, proc.last_failure
     os.kill(old, signal.SIGKILL)
     assert [p.wait(20) for p in procs] == [-signal.SIGKILL] * 4
+
+
+@pytest.mark.timeout(120)
+def test_a_child_whose_requester_died_is_killed_by_the_zygote_even_when_stopped(
+    zygote_dir: Path, tmp_path: Path
+) -> None:
+    """The child's own watch cannot run in a stopped (or GIL-blocked) process: the zygote ends a
+    child whose requester's connection closed. While the requester lives, nothing is killed,
+    over several of the zygote's 1 s loop periods."""
+    agent_code = textwrap.dedent(f"""
+        import sys, time
+        from dlu_elastic.worker.process import ProcessSpec, TrainingLauncher
+        launcher = TrainingLauncher(preload={LIGHT!r})
+        launcher.start(ProcessSpec("elastic_workloads:hang", env={{"OUT_DIR": {str(tmp_path)!r}}},
+                                   workdir={str(HERE)!r}, setup_process_group=False))
+        print("started", flush=True)
+        time.sleep(600)
+    """)
+    agent = subprocess.Popen([sys.executable, "-c", agent_code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert _wait(lambda: (tmp_path / "hang.json").exists(), 60), "the training process did not start"
+        record = json.loads((tmp_path / "hang.json").read_text())
+        os.kill(record["pid"], signal.SIGSTOP)  # its die-with-requester thread cannot run now
+        time.sleep(5.0)  # the soak: its requester lives, so the zygote leaves it alone
+        assert not gone(record["pid"]) and not gone(record["child"])
+        agent.kill()
+        agent.wait(10)
+        assert _wait(lambda: gone(record["pid"]) and gone(record["child"])), (
+            "a stopped training process outlived its requester"
+        )
+    finally:
+        agent.kill()
+        agent.wait(10)
+        for pid in ("pid", "child"):
+            with contextlib.suppress(Exception):
+                os.kill(json.loads((tmp_path / "hang.json").read_text())[pid], signal.SIGKILL)

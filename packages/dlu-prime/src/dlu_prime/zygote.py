@@ -21,7 +21,9 @@ pickled dict, with file descriptors attached for a fork:
 `{"op": "fork", "target", "args"}` + fds (events pipe, alive pipe, stdout, stderr) ->
 `{"pid": child}` at once and `{"exit": code}` when the child has exited. The child runs
 `target(*args, events_fd, alive_fd)` with stdout/stderr on the client's descriptors; it kills
-its process group when the alive pipe closes (the client died).
+its process group when the alive pipe closes (the client died). A client holds its connection
+until the exit comes: when it closes earlier (the client died), the zygote kills the child and
+its group too, which also ends a child too stopped or blocked to run its own watch.
 
 This module is the client side and the protocol; the zygote process is `dlu_prime.zygote_server`.
 """

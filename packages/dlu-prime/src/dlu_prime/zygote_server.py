@@ -222,7 +222,14 @@ class _Zygote:
             os._exit(code)
 
     def _client_closed(self, conn: socket.socket) -> None:
-        """A client hung up while its child runs: keep reaping the child, drop the connection."""
+        """A client hung up while its child runs: its requester is gone (clients hold the
+        connection until the child's exit comes), so the child is killed, then reaped as usual.
+
+        The child watches its requester itself (`zygote.die_with_requester`), but that watch is a
+        thread: a child stopped, or blocked in native code holding the GIL, cannot run it, and
+        would keep its devices and its place in a process group for good. The zygote, its
+        parent, can always kill it: its pid (and group) cannot be reused before it is reaped.
+        """
         with contextlib.suppress(OSError):
             if conn.recv(1, socket.MSG_PEEK):
                 return  # clients send nothing after the request; ignore stray bytes
@@ -231,6 +238,7 @@ class _Zygote:
         for pid, held in self.children.items():
             if held is conn:
                 self.children[pid] = None
+                _kill_orphan(pid)
 
     def _reap(self) -> None:
         while True:
@@ -252,6 +260,19 @@ class _Zygote:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(conn)
             conn.close()
+
+
+def _kill_orphan(pid: int) -> None:
+    """SIGKILL a running child whose requester is gone, with its group if it leads one."""
+    try:
+        own_group = os.getpgid(pid) == pid
+        if own_group:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return  # exited already (a zombie's group is gone too); reaped next
+    logger.warning("zygote %d: the requester of child %d hung up before its exit; killed it", os.getpid(), pid)
 
 
 def freeze_heap() -> None:
