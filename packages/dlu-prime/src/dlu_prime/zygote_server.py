@@ -272,7 +272,9 @@ def _kill_orphan(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         return  # exited already (a zombie's group is gone too); reaped next
-    logger.warning("zygote %d: the requester of child %d hung up before its exit; killed it", os.getpid(), pid)
+    logger.warning(
+        "zygote %d: the requester of child %d hung up before its exit; killed it", os.getpid(), pid
+    )
 
 
 def freeze_heap() -> None:
