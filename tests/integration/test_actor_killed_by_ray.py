@@ -9,6 +9,7 @@ on the killed actor, and the job must go on training.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -49,21 +50,29 @@ def _gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
 
 
-@pytest.mark.parametrize("no_restart", [False, True], ids=["restart", "no_restart"])
+@pytest.mark.parametrize(
+    ("no_restart", "stopped"),
+    [(False, False), (True, False), (False, True)],
+    ids=["restart", "no_restart", "process_stopped"],
+)
 def test_ray_kill_of_a_rank_actor_ends_its_process_and_is_recovered_once(
-    ray_session: Any, tmp_path: Path, no_restart: bool
+    ray_session: Any, tmp_path: Path, no_restart: bool, stopped: bool
 ) -> None:
+    """`process_stopped`: the training process is SIGSTOPped just before its agent is killed, so
+    its own watch of the agent cannot run; the zygote that forked it must end it."""
     import ray
 
     from dlu_prime import launcher
 
-    name = f"raykill-{'gone' if no_restart else 'back'}"
+    name = f"raykill-{'gone' if no_restart else 'back'}{'-stopped' if stopped else ''}"
     spec = lm_job(name, tmp_path, steps=150, step_s=0.1)
     victim, peer = f"{name}.trainer.1", f"{name}.trainer.0"
     launcher.submit_job(spec, str(HERE))
     wait_until("training", lambda: _step(name, peer) >= 5)
     before = _status(victim)
     actor_pid, process_pid = int(before["pid"]), int(before["process_pid"])
+    if stopped:
+        os.kill(process_pid, signal.SIGSTOP)
     ray.kill(_handle(victim), no_restart=no_restart)
 
     wait_until("the killed agent's training process ends", lambda: _gone(process_pid), 60)
