@@ -33,7 +33,10 @@ def test_a_valid_section_and_its_absence() -> None:
     spec = job({"persist_every": 5, "dir": "/mnt/ck"})
     settings = spec.roles[0].elastic.checkpoint
     assert settings is not None and (settings.persist_every, settings.dir) == (5, "/mnt/ck")
+    assert settings.replicas == 0  # replicas on a buddy node: opt in
     assert job(None).roles[0].elastic.checkpoint is None
+    with_replica = job({"persist_every": 5, "dir": "/mnt/ck", "replicas": 1}).roles[0].elastic.checkpoint
+    assert with_replica is not None and with_replica.replicas == 1
 
 
 @pytest.mark.parametrize(
@@ -43,7 +46,8 @@ def test_a_valid_section_and_its_absence() -> None:
         ({"persist_every": 5, "dir": "relative/ck"}, "checkpoint.dir must be an absolute path"),
         ({"dir": "/mnt/ck"}, "persist_every"),
         ({"persist_every": 5}, "dir"),
-        ({"persist_every": 5, "dir": "/mnt/ck", "replicas": 1}, "replicas"),
+        ({"persist_every": 5, "dir": "/mnt/ck", "replicas": 2}, "replicas"),
+        ({"persist_every": 5, "dir": "/mnt/ck", "replicas": -1}, "replicas"),
     ],
 )
 def test_bad_sections_name_the_field(section: dict[str, Any], words: str) -> None:

@@ -39,7 +39,8 @@ class NodeCheckSettings(SpecModel):
 
 
 class CheckpointSettings(SpecModel):
-    """Flash checkpoints' durable copies: every k-th committed step written by the agents."""
+    """Flash checkpoints' durable copies (every k-th committed step written by the agents) and
+    replicas on a buddy node's agent."""
 
     persist_every: int = Field(
         ge=1, le=MAX_COUNT, description="Write every k-th committed step to `dir` in the background (k >= 1)."
@@ -49,6 +50,13 @@ class CheckpointSettings(SpecModel):
         max_length=4096,
         description="Local folder (shared by the nodes for a multi-node job) for the durable copies; "
         "each role writes under <dir>/<role>.",
+    )
+    replicas: int = Field(
+        default=0,
+        ge=0,
+        le=1,
+        description="Copies of each rank's committed step kept by a buddy node's agent (ring order over "
+        "the nodes), so losing one node loses no committed step: 0 or 1.",
     )
 
     @model_validator(mode="after")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlu_api.spec.models import CheckpointSettings
-from dlu_elastic.checkpoint import shm
+from dlu_elastic.checkpoint import replica, shm
 from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV, REPORT_FILE
 from dlu_elastic.checkpoint.persist import Persister
 
@@ -26,7 +26,16 @@ RESTORE_POLL_S = 0.2  # how often the agent looks for its training process's res
 
 
 class AgentCheckpoints:
-    def __init__(self, job: str, role: str, actor: str, settings: CheckpointSettings | None) -> None:
+    def __init__(
+        self,
+        job: str,
+        role: str,
+        actor: str,
+        settings: CheckpointSettings | None,
+        rank: int = 0,
+        buddy: str | None = None,
+    ) -> None:
+        """`buddy`: the actor name of the agent that keeps this rank's replica (None: none)."""
         self.job, self.role, self.actor = job, role, actor
         self.folder: Path | None = shm.create(job, actor)
         self._reaper: int | None = shm.start_reaper(self.folder)
@@ -38,7 +47,23 @@ class AgentCheckpoints:
             if settings is not None and self.persist_base is not None
             else None
         )
+        self.replicator = (
+            replica.Replicator(
+                self.folder, rank, lambda slot, data: self._send(buddy, slot, data), self.record_event
+            ).start()
+            if settings is not None and settings.replicas > 0 and buddy is not None
+            else None
+        )
         threading.Thread(target=self._report_restores, name="dlu-ckpt-report", daemon=True).start()
+
+    @classmethod
+    def of_worker(cls, info: Any, settings: CheckpointSettings | None) -> AgentCheckpoints:
+        """The checkpoints of the worker `info` describes (a WorkerInfo), its buddy found."""
+        from dlu_prime.naming import actor_name
+
+        buddy = replica.buddy_rank(info.rank, info.world_size, info.local_world_size)
+        name = None if buddy is None else actor_name(info.job, info.role, buddy)
+        return cls(info.job, info.role, info.actor_name, settings, info.rank, name)
 
     def env(self) -> dict[str, str]:
         """What the training process needs to find its slots and the durable copies."""
@@ -50,11 +75,29 @@ class AgentCheckpoints:
         return found
 
     def _master(self) -> Any:
+        from dlu_prime.naming import master_name
+
+        return self._actor(master_name(self.job))
+
+    @staticmethod
+    def _actor(name: str) -> Any:
         import ray
 
-        from dlu_prime.naming import NAMESPACE, master_name
+        from dlu_prime.naming import NAMESPACE
 
-        return ray.get_actor(master_name(self.job), namespace=NAMESPACE)
+        return ray.get_actor(name, namespace=NAMESPACE)
+
+    def _send(self, buddy: str, slot: int, data: bytes) -> None:
+        import ray
+
+        ray.get(self._actor(buddy).receive_replica.remote(slot, data), timeout=replica.CALL_TIMEOUT_S)
+
+    def receive_replica(self, slot: int, data: bytes) -> None:
+        """Keep a copy of a buddied rank's slot (two files per rank, in this agent's folder)."""
+        folder = self.folder
+        if folder is None:
+            raise RuntimeError(f"{self.actor} has stopped: no replica kept")
+        replica.store(folder, slot, data)
 
     def record_event(self, kind: str, message: str) -> None:
         """An event in the job's timeline, through the PrimeMaster (best effort: it may be away)."""
@@ -91,6 +134,9 @@ class AgentCheckpoints:
     def end(self) -> None:
         """The agent stops: last durable write, then the folder goes (idempotent)."""
         self._stop.set()
+        replicator, self.replicator = self.replicator, None
+        if replicator is not None:
+            replicator.stop()
         persister, self.persister = self.persister, None
         if persister is not None:
             persister.stop()

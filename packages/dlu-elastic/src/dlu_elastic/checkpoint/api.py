@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from dlu_elastic.checkpoint import disk, shm
+from dlu_elastic.checkpoint import disk, replica_load, shm
 from dlu_elastic.checkpoint.layout import (
     CheckpointError,
     TensorEntry,
@@ -60,7 +60,7 @@ class Restored:
 
     step: int
     state: Any
-    source: str  # "memory" or "disk"
+    source: str  # "memory", "replica" (a buddy agent's copy) or "disk"
     where: str
     lost_steps: int | None = None  # the newest step any rank had reached minus `step` (None: unknown)
 
@@ -210,19 +210,29 @@ class FlashCheckpointer:
         rank, world = _rank_world()
         own = self.own_steps()
         mine = {step: (h.rank, h.world) for step, slot in own.items() if (h := self._writers[slot].header())}
-        everyone = self._gather((rank, mine, self._reached()), world)
-        common = set.intersection(*[{s for s, rw in m.items() if rw == (r, world)} for r, m, _ in everyone])
+        everyone = self._gather((rank, mine, self._reached(), replica_load.held(self.folder)), world)
         reached = max((e[2] for e in everyone if e[2] is not None), default=None)
         self._fresh = False
-        if common:
-            step = max(common)
+        found = replica_load.plan(everyone, world)
+        if found is not None:
+            step, sources = found
+            received = replica_load.exchange(self.folder, rank, sources) if sources else None
+            overall = "replica" if sources else "memory"
+            if received is not None:  # this rank's agent lost its slots: a buddy's copy
+                for writer in self._writers:
+                    if writer.map is not None:
+                        writer.begin(rank, world)
+                state = self._share_empty(_unpack(*received), world)
+                where = f"rank {sources[rank].holder}'s agent"
+                return self._report(Restored(step, state, "replica", where), reached, overall)
             slot = own[step]
             read = read_with(slot_path(self.folder, slot), lambda _h, meta, payload: _unpack(meta, payload))
             if read is None:
                 raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
             self._committed, self._inflight = (slot, step), None
             state = self._share_empty(read, world)
-            return self._report(Restored(step, state, "memory", str(slot_path(self.folder, slot))), reached)
+            restored = Restored(step, state, "memory", str(slot_path(self.folder, slot)))
+            return self._report(restored, reached, overall)
         restored = self._from_disk(rank, world)
         if restored is not None:
             restored = self._report(restored, reached)
@@ -232,7 +242,7 @@ class FlashCheckpointer:
             return restored
         if missing_ok:
             return None
-        seen = ", ".join(f"rank {r}: {sorted(m) or 'none'}" for r, m, _ in everyone)
+        seen = ", ".join(f"rank {r}: {sorted(m) or 'none'}" for r, m, _, _ in everyone)
         raise NoCheckpoint(
             f"no step is committed by all {world} ranks (steps in memory: {seen}; disk: "
             f"{self.persist_dir or 'not configured'}): start from scratch, or load(missing_ok=True)"
@@ -243,12 +253,13 @@ class FlashCheckpointer:
         steps = [h.step for w in self._writers if (h := w.header()) is not None and h.step >= 0]
         return max(steps, default=None)
 
-    def _report(self, restored: Restored, reached: int | None) -> Restored:
-        """Fill in the steps lost; rank 0 leaves the news for its agent (see REPORT_FILE)."""
+    def _report(self, restored: Restored, reached: int | None, overall: str | None = None) -> Restored:
+        """Fill in the steps lost; rank 0 leaves the news for its agent (see REPORT_FILE), with
+        `overall` as the source ("replica" when any rank took a buddy's copy)."""
         lost = None if reached is None else max(0, reached - restored.step)
         restored = replace(restored, lost_steps=lost)
         if _rank_world()[0] == 0:
-            report = {"step": restored.step, "source": restored.source, "lost_steps": lost}
+            report = {"step": restored.step, "source": overall or restored.source, "lost_steps": lost}
             tmp = self.folder / f".{REPORT_FILE}.tmp"
             tmp.write_text(json.dumps(report))
             tmp.replace(self.folder / REPORT_FILE)

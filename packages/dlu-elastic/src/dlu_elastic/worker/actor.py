@@ -128,12 +128,15 @@ class ElasticWorkerActor(ElasticAgentLoop):
         """This rank's flash-checkpoint slots live in a folder this agent owns (it outlives the
         training process): see dlu_elastic.checkpoint.agent."""
         self._checkpoints: AgentCheckpoints | None = (
-            None
-            if self.class_mode
-            else AgentCheckpoints(
-                self.info.job, self.info.role, self.info.actor_name, self.elastic.checkpoint
-            )
+            None if self.class_mode else AgentCheckpoints.of_worker(self.info, self.elastic.checkpoint)
         )
+
+    def receive_replica(self, slot: int, data: bytes) -> None:
+        """A copy of a buddied rank's checkpoint slot (see dlu_elastic.checkpoint.replica)."""
+        checkpoints = getattr(self, "_checkpoints", None)
+        if checkpoints is None:
+            raise RuntimeError(f"{self.info.actor_name} keeps no checkpoint replicas")
+        checkpoints.receive_replica(slot, data)
 
     def _finished(self, round_: int, interval: float) -> Result | None:
         """Its process exited 0: its restore report (if any) goes out before FINISH shows."""
