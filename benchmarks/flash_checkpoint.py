@@ -5,10 +5,12 @@ process on this machine: the blocking time of `save` (median of steady saves, th
 already reserved by a first save) and its ratio to a plain memory copy of the same bytes into
 an already-touched buffer, measured in the same run (goal <= 1.5x); `torch.save` to local disk
 and `torch.distributed.checkpoint.async_save`'s blocking time on the same state; restore time
-from memory (`load()` after a new process view) and from disk (the agent's persisted copy).
+from memory (`load()` after a new process view), from a replica (the background copy of both
+slots to a buddy agent's folder, timed, then `load()` with the own slots gone: in one process
+the replica is read from the folder, the network hop between nodes is not in it) and from disk
+(the agent's persisted copy).
 Then, unless --no-job, the reference job (examples/elastic/train_lm.py, flash save every step)
 under DLU on a local Ray, crashed at a random step: the steps it lost (goal 0).
-Replicas on a buddy node are not implemented: no replica restore figure.
 Usage: `uv run python benchmarks/flash_checkpoint.py [--sizes-mib 256 1024] [--no-job]`.
 """
 
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 from figures import figure
 
-from dlu_elastic.checkpoint import FlashCheckpointer, shm
+from dlu_elastic.checkpoint import FlashCheckpointer, replica, shm
 from dlu_elastic.checkpoint.persist import Persister
 
 HERE = Path(__file__).resolve().parent
@@ -105,17 +107,33 @@ def measure(mib: int, runs: int) -> tuple[float, float]:
         empty = shm.create("bench", f"flash-{mib}-empty")
         disk_load_s = timed(lambda: FlashCheckpointer(empty, persist_dir=str(disk_dir / "durable")).load(), 1)
         shm.remove(empty)
+        replica_copy_s, replica_load_s = replica_restore(folder, mib)
         print(
             f"{mib} MiB per rank: save blocks {save_s:.3f} s (first save, reserving pages: {first_s:.3f} s), "
             f"plain copy {copy_s:.3f} s, ratio {ratio:.2f}x; torch.save to disk {torch_save_s:.3f} s; "
             f"DCP async_save blocks {dcp}; restore from memory {load_s:.3f} s, from disk {disk_load_s:.3f} s, "
-            "from a replica n/a",
+            f"from a replica {replica_load_s:.3f} s (background copy of both slots to the buddy "
+            f"{replica_copy_s:.3f} s)",
             flush=True,
         )
         return ratio, load_s
     finally:
         shm.remove(folder)
         shutil.rmtree(disk_dir, ignore_errors=True)
+
+
+def replica_restore(folder: Path, mib: int) -> tuple[float, float]:
+    """(the background copy of both slots into a buddy folder, load() from that replica)."""
+    buddy = shm.create("bench", f"flash-{mib}-buddy")
+    try:
+
+        def keep(slot: int, data: bytes) -> None:
+            replica.store(buddy, slot, data)
+
+        copy_s = timed(lambda: replica.Replicator(folder, 0, keep, lambda k, m: None).tick(), 1)
+        return copy_s, timed(lambda: FlashCheckpointer(buddy).load(), 1)
+    finally:
+        shm.remove(buddy)
 
 
 def job_lost_steps(seed: int) -> int | None:

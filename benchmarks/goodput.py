@@ -11,7 +11,7 @@ time. Two models, fed by flags (each flag's help names its source):
 - DLU: software faults restart in place (the process is forked again; the rank's state is in
   its agent's memory: at most the step in flight is redone); hardware faults lose a node, whose
   ranks are replaced (role tier) and whose shard is restored from its buddy's replica when
-  replicas are on, else from the last persisted step (DLU today: replicas are not implemented).
+  replicas are on (the spec's elastic.checkpoint.replicas: 1), else from the last persisted step.
 
 Prints both ratios and the inputs. Usage: `uv run python benchmarks/goodput.py [--flags]`.
 """
@@ -119,7 +119,8 @@ def parse() -> argparse.Namespace:
         type=int,
         default=0,
         choices=(0, 1),
-        help="buddy replicas (0: not implemented in DLU yet)",
+        help="buddy replicas, the spec's elastic.checkpoint.replicas (1: a lost node's ranks restore "
+        "from the buddy's copy; tests/integration/test_flash_node_loss.py)",
     )
     p.add_argument(
         "--dlu-disk-restore-s",

@@ -25,7 +25,7 @@ def replicas_of(job: str) -> list[Path]:
 
 
 def kill_agent(name: str, out: Path, **checkpoint: Any) -> tuple[JobStatus, list[str]]:
-    """Run the job; once rank 1 saved step 8, SIGKILL rank 1's agent and training process. Returns the status and the replica files
+    """Run the job; once rank 1 saved step 8 and each rank's buddy keeps its slots, SIGKILL rank 1's agent and training process. Returns the status and the replica files
     seen just before the kill."""
     import ray
 
@@ -36,7 +36,9 @@ def kill_agent(name: str, out: Path, **checkpoint: Any) -> tuple[JobStatus, list
     with ThreadPoolExecutor(1) as pool:
         job = pool.submit(run, spec)
         deadline = time.monotonic() + 120
-        while not (out / "sum-r1-s8.txt").exists() and time.monotonic() < deadline and not job.done():
+        while time.monotonic() < deadline and not job.done():
+            if (out / "sum-r1-s8.txt").exists() and len(replicas_of(name)) == 4:  # both buddies up
+                break
             time.sleep(0.05)
         assert (out / "sum-r1-s8.txt").exists()
         seen = [p.name for p in replicas_of(name)]

@@ -10,8 +10,8 @@ committed one) matters: the survivors keep the last committed step and the one a
 the buddy's copy of the lost rank holds the same two steps, save for a copy still under way,
 so a step every rank can restore remains. All of it runs after `save()` returned; a failed copy
 is logged and reported once per run of failures as a `checkpoint_replica_failed` event, then
-tried again: never a crash. `load()` (replica_load.py) takes a rank's step from a replica when
-its own agent lost it.
+tried again after a pause that doubles up to 1 s: never a crash. `load()` (replica_load.py)
+takes a rank's step from a replica when its own agent lost it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from dlu_elastic.checkpoint.slot import (
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.05
+RETRY_FIRST_S = 0.2  # after a failed copy, the pause before the next try (doubling up to the max)
+RETRY_MAX_S = 1.0  # short: a buddy still starting (or replaced) is there again soon
 CALL_TIMEOUT_S = 60.0
 _REPLICA = re.compile(r"^replica-(\d+)-(\d+)$")
 
@@ -121,6 +124,8 @@ class Replicator:
         self.copies = 0
         self.failures = 0
         self._failing = False
+        self._retry_at = 0.0
+        self._pause = RETRY_FIRST_S
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dlu-ckpt-replica", daemon=True)
 
@@ -142,6 +147,8 @@ class Replicator:
 
     def tick(self) -> None:
         """Send every slot that completed a step since its last copy (the older step first)."""
+        if time.monotonic() < self._retry_at:
+            return
         due = [
             (h.step, index)
             for index, h in enumerate(headers(self.folder))
@@ -154,6 +161,7 @@ class Replicator:
             self.send(index, encode(snap))
             self.sent[index] = snap.header.seq
             self.copies += 1
+            self._pause = RETRY_FIRST_S
             if self._failing:
                 self._failing = False
                 self.on_event(
@@ -163,8 +171,11 @@ class Replicator:
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
-        logger.warning(
-            "rank %d: could not copy a checkpoint replica to its buddy (retrying): %s", self.rank, exc
+        self._retry_at = time.monotonic() + self._pause
+        self._pause = min(self._pause * 2, RETRY_MAX_S)
+        level = logging.DEBUG if self._failing else logging.WARNING  # one warning per run of failures
+        logger.log(
+            level, "rank %d: could not copy a checkpoint replica to its buddy (retrying): %s", self.rank, exc
         )
         if not self._failing:
             self._failing = True
