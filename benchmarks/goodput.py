@@ -117,7 +117,7 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "--dlu-replicas",
         type=int,
-        default=0,
+        default=1,
         choices=(0, 1),
         help="buddy replicas, the spec's elastic.checkpoint.replicas (1: a lost node's ranks restore "
         "from the buddy's copy; tests/integration/test_flash_node_loss.py)",
