@@ -119,6 +119,8 @@ class EventKind(StrEnum):
     CHECKPOINT_RESTORED = "checkpoint_restored"
     CHECKPOINT_PERSISTED = "checkpoint_persisted"
     CHECKPOINT_PERSIST_FAILED = "checkpoint_persist_failed"
+    CHECKPOINT_REPLICATED = "checkpoint_replicated"  # a copy to the buddy agent succeeded again
+    CHECKPOINT_REPLICA_FAILED = "checkpoint_replica_failed"  # a copy to the buddy agent failed (retried)
     # progress
     STALLED = "stalled"  # no actor made progress for the stall window
     PROGRESS_RESUMED = "progress_resumed"
