@@ -81,7 +81,7 @@ spec = spec_from_dict({
     "extension": "failover_ext:ClusterRelaunch",
     "config": {"node_ctl": f"{host}:{port}"},
     "roles": [{"name": "trainer", "kind": "elastic", "per_node_max_failure": 1,
-               "entrypoint": f"{root}/examples/elastic/train_lm.py --steps 30 --step-seconds 0.1 --checkpoint-dir {out}",
+               "entrypoint": f"{root}/examples/elastic/train_lm.py --steps 60 --step-seconds 0.1 --checkpoint-dir {out}",
                "resources": {"cpu": 0.25},
                "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False}}}],
 })
@@ -106,7 +106,16 @@ def wait_step(at):
     raise SystemExit(f"no step {at}")
 
 def kill():
-    pid = ray.get(ray.get_actor(victim, namespace=NAMESPACE).status.remote(), timeout=30)["pid"]
+    # A read: asked again while Ray reports the actor temporarily unavailable (a restart's gap).
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            pid = ray.get(ray.get_actor(victim, namespace=NAMESPACE).status.remote(), timeout=30)["pid"]
+            break
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     os.kill(int(pid), signal.SIGKILL)
 
 wait_step(5)

@@ -131,9 +131,9 @@ def test_two_managers_racing_on_one_job_one_is_fenced(redis_server: Any) -> None
     store = create_state_store("redis", spec.state_store.options)
     first = PrimeManager.create(spec, _Unused(), store)
     second = PrimeManager(JobState.loads(store.get(spec.name).data), _Unused(), store, first.token)  # type: ignore[union-attr]
-    first.record_event("probe", "first master writes")
+    first.record_event("node_check", "first master writes")
     with pytest.raises(FencedError):
-        second.record_event("probe", "stale master writes")
+        second.record_event("node_check", "stale master writes")
     assert [e.message for e in stored(spec).events][-1] == "first master writes"
 
 
