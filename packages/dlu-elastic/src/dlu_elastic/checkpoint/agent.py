@@ -17,8 +17,8 @@ from typing import Any
 
 from dlu_api.spec.models import CheckpointSettings
 from dlu_elastic.checkpoint import replica, shm
-from dlu_elastic.checkpoint.api import PERSIST_DIR_ENV, REPORT_FILE
 from dlu_elastic.checkpoint.persist import Persister
+from dlu_elastic.checkpoint.shm import PERSIST_DIR_ENV, REPORT_FILE
 
 logger = logging.getLogger(__name__)
 

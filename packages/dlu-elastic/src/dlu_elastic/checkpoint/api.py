@@ -36,18 +36,15 @@ from dlu_elastic.checkpoint.layout import (
     split,
     table,
 )
+from dlu_elastic.checkpoint.shm import PERSIST_DIR_ENV, REPORT_FILE
 from dlu_elastic.checkpoint.slot import PAYLOAD_OFFSET, SLOTS, SlotWriter, Snapshot, read_with, slot_path
 
 logger = logging.getLogger(__name__)
 
-PERSIST_DIR_ENV = "DLU_CHECKPOINT_PERSIST_DIR"
 # Fault injection (tests, benchmarks): "<step>:<rank>": that rank's process SIGKILLs itself
 # half-way through copying that step, in the job's first round only.
 KILL_MID_SAVE_ENV = "DLU_FAULT_CHECKPOINT_KILL_MID_SAVE"
 _KEY = "dlu_ckpt/done/{}"
-# Rank 0's load() leaves what it restored here, in its agent's folder; the agent reports it
-# (an event with the step, the source and the steps lost; the lost-steps metric).
-REPORT_FILE = "restored.json"
 
 
 class NoCheckpoint(CheckpointError):

@@ -14,15 +14,11 @@ from typing import Any
 
 import torch
 
+from dlu_elastic.checkpoint.errors import CheckpointError, LayoutChanged
+
+__all__ = ["CheckpointError", "LayoutChanged"]
+
 ALIGN = 64
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint call that cannot do what was asked; the message says why and what to do."""
-
-
-class LayoutChanged(CheckpointError):
-    """The state's tensors changed shape or dtype between two saves of one process."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,10 @@ FOLDER_ENV = "DLU_CHECKPOINT_SHM"
 # Where the folders go (tests point it elsewhere); /dev/shm is memory on Linux.
 ROOT_ENV = "DLU_CHECKPOINT_SHM_ROOT"
 PREFIX = "dlu-ckpt."
+PERSIST_DIR_ENV = "DLU_CHECKPOINT_PERSIST_DIR"
+# Rank 0's load() leaves what it restored here, in its agent's folder; the agent reports it
+# (an event with the step, the source and the steps lost; the lost-steps metric).
+REPORT_FILE = "restored.json"
 
 
 def root() -> Path:

@@ -19,11 +19,12 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
+from dlu_elastic.checkpoint.errors import CheckpointError
 
-from dlu_elastic.checkpoint.layout import CheckpointError
+if TYPE_CHECKING:  # the agent reads and copies slots without torch; only payload() needs it
+    import torch
 
 MAGIC = b"DLUCKPT1"
 HEADER = struct.Struct("<8sQqQQQQ")  # magic, seq, step, meta_len, payload_len, rank, world
@@ -152,6 +153,8 @@ class SlotWriter:
     def payload(self, nbytes: int) -> torch.Tensor:
         """A byte tensor over the payload (drop it before the next `reserve`)."""
         assert self.map is not None
+        import torch
+
         return torch.frombuffer(self.map, dtype=torch.uint8, count=nbytes, offset=PAYLOAD_OFFSET)
 
     def close(self) -> None:
