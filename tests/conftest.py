@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from short_tmp import remove_made, short_tmp_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,14 +19,16 @@ os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
 @pytest.fixture(scope="session", autouse=True)
 def private_zygotes() -> Iterator[Path]:
     """The suite's own zygote directory (Ray workers inherit it), emptied of zygotes at the end."""
-    directory = Path(tempfile.mkdtemp(prefix="dlu-z-", dir="/tmp"))  # short: a socket path
+    directory = Path(short_tmp_dir("dlu-z-"))  # short: a socket path
     os.environ["DLU_ZYGOTE_DIR"] = str(directory)
     yield directory
     try:
         from dlu_prime import zygote
     except ImportError:
+        remove_made()
         return
     zygote.stop_all(directory)
+    remove_made()  # this folder and every other one the tests made with short_tmp_dir
 
 
 @pytest.fixture(scope="session")

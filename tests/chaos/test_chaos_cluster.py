@@ -8,17 +8,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from chaos_jobs import HERE
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def test_node_removal_and_node_check_kill_each_one_recovery(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-cc-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-cc-")}
     args = [
         *("--minutes", "1", "--faults", "3", "--seed", "5", "--no-limit-case"),
         *("--kinds", "node_removal,elastic_master_node_check", "--out", str(tmp_path)),

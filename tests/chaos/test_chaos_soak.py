@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from chaos_jobs import HERE, Training
 from chaos_reference import reference_loss
 from chaos_run import run_limit_case, run_reference
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.soak]
 
@@ -29,7 +29,7 @@ KINDS = (
 
 @pytest.mark.timeout(2400)
 def test_chaos_benchmark_on_a_cluster_passes(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-cs-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-cs-")}
     args = ["--minutes", "2", "--faults", "10", "--seed", "3", "--kinds", KINDS, "--out", str(tmp_path)]
     done = subprocess.run(
         [sys.executable, str(HERE / "chaos.py"), *args],

@@ -55,17 +55,19 @@ def _gone(pid: int) -> bool:
     [(False, False), (True, False), (False, True)],
     ids=["restart", "no_restart", "process_stopped"],
 )
+@pytest.mark.parametrize("steps", [25, pytest.param(150, marks=pytest.mark.soak)], ids=["short", "long"])
 def test_ray_kill_of_a_rank_actor_ends_its_process_and_is_recovered_once(
-    ray_session: Any, tmp_path: Path, no_restart: bool, stopped: bool
+    ray_session: Any, tmp_path: Path, no_restart: bool, stopped: bool, steps: int
 ) -> None:
     """`process_stopped`: the training process is SIGSTOPped just before its agent is killed, so
-    its own watch of the agent cannot run; the zygote that forked it must end it."""
+    its own watch of the agent cannot run; the zygote that forked it must end it. The kill lands
+    at step 5 either way (the peer waits on the killed rank); `long` trains 150 steps, not 25."""
     import ray
 
     from dlu_prime import launcher
 
-    name = f"raykill-{'gone' if no_restart else 'back'}{'-stopped' if stopped else ''}"
-    spec = lm_job(name, tmp_path, steps=150, step_s=0.1)
+    name = f"raykill-{'gone' if no_restart else 'back'}{'-stopped' if stopped else ''}-{steps}"
+    spec = lm_job(name, tmp_path, steps=steps, step_s=0.1)
     victim, peer = f"{name}.trainer.1", f"{name}.trainer.0"
     launcher.submit_job(spec, str(HERE))
     wait_until("training", lambda: _step(name, peer) >= 5)

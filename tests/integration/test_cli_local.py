@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -35,7 +35,7 @@ def _env(home: Path) -> dict[str, str]:
     return {
         **os.environ,
         "DLU_HOME": str(home),
-        "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-cli-", dir="/tmp"),
+        "RAY_TMPDIR": short_tmp_dir("dlu-cli-"),
     }
 
 

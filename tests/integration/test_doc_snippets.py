@@ -9,13 +9,13 @@ import ast
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from doc_snippets import ROOT, MarkerError, Snippet, all_snippets, extract
+from short_tmp import short_tmp_dir
 
 from dlu_api.spec import load_spec, spec_from_dict
 
@@ -47,7 +47,7 @@ def ids(snippets: list[Snippet]) -> list[str]:
 def private_env(tmp_path: Path) -> dict[str, str]:
     """Its own Ray temp dir and DLU_HOME, the venv first on PATH."""
     env = {k: v for k, v in os.environ.items() if k not in ("LM_CHECKPOINT_DIR",)}
-    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="dlu-snippet-", dir="/tmp")
+    env["RAY_TMPDIR"] = short_tmp_dir("dlu-snippet-")
     env["DLU_HOME"] = str(tmp_path / "home")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT)

@@ -18,10 +18,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(200)]
 
@@ -145,7 +145,7 @@ cluster.shutdown()
 
 
 def _run(script: str, out: Path) -> dict[str, object]:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-ebm-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-ebm-")}
     done = subprocess.run(
         [sys.executable, "-c", COMMON + script, str(ROOT), str(out)],
         cwd=ROOT,

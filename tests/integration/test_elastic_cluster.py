@@ -8,10 +8,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(700)]
 
@@ -72,7 +72,7 @@ cluster.shutdown()
 
 
 def test_reference_job_straggler_and_faulty_node_across_two_ray_nodes(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-elc-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-elc-")}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(ROOT), str(tmp_path)],
         cwd=ROOT,

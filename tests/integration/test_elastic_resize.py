@@ -18,10 +18,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -161,7 +161,7 @@ cluster.shutdown()
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = tmp_path_factory.mktemp("elastic-resize")
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-er-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-er-")}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(ROOT), str(out)],
         cwd=ROOT,
@@ -329,7 +329,7 @@ def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> Non
     done = subprocess.run(
         [sys.executable, "-c", LM_SCRIPT, str(ROOT), str(resized), str(steps)],
         cwd=ROOT,
-        env={**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-erl-", dir="/tmp")},
+        env={**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-erl-")},
         capture_output=True,
         text=True,
         timeout=330,

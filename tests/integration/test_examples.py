@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from short_tmp import short_tmp_dir
 
 from dlu_api.spec import load_spec
 
@@ -75,7 +75,7 @@ def test_readme_run_command(tmp_path: Path) -> None:
     """`dlu run examples/elastic/job.yaml`, as the README says, in its own process and Ray."""
     env = {
         **os.environ,
-        "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-readme-", dir="/tmp"),
+        "RAY_TMPDIR": short_tmp_dir("dlu-readme-"),
         "DLU_HOME": str(tmp_path),
         "LM_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
     }
@@ -109,7 +109,7 @@ def _dlu(args: list[str], home: Path, timeout: float = 380) -> subprocess.Comple
     """`dlu ARGS` from the repository root, in its own process, embedded Ray and DLU_HOME."""
     env = {
         **os.environ,
-        "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-readme-", dir="/tmp"),
+        "RAY_TMPDIR": short_tmp_dir("dlu-readme-"),
         "DLU_HOME": str(home),
     }
     env.pop("LM_CHECKPOINT_DIR", None)

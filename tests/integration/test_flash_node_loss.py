@@ -9,11 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(700)]
 
@@ -29,7 +29,7 @@ from dlu_api.spec import spec_from_dict
 from dlu_prime import launcher
 from dlu_prime.naming import NAMESPACE
 
-root, out = Path(sys.argv[1]), Path(sys.argv[2])
+root, out, steps = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 worker_args = {"num_cpus": 2, "resources": {"worker": 1}, "node_ip_address": "127.0.0.1"}
 with pin_loopback():  # every node and this driver stay on 127.0.0.1
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
@@ -48,7 +48,7 @@ def run(name, checkpoint):
         "health": {"monitor_interval_s": 0.2},
         "roles": [{"name": "trainer", "kind": "elastic", "entrypoint": "flash_workloads:train",
                    "resources": {"cpu": 0.25},
-                   "env": {"OUT_DIR": str(where), "STEPS": "40", "STEP_SLEEP_S": "0.2"},
+                   "env": {"OUT_DIR": str(where), "STEPS": steps, "STEP_SLEEP_S": "0.2"},
                    "elastic": {"nnodes": 2, "nproc_per_node": 1, "node_check": {"enabled": False},
                                "checkpoint": {**checkpoint, "dir": str(where / "durable")}}}],
     })
@@ -97,10 +97,12 @@ def resumed(out: Path) -> list[dict[str, Any]]:
     return second
 
 
-def test_a_lost_node_resumes_from_the_replica_or_from_disk(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-fnl-", dir="/tmp")}
+@pytest.mark.parametrize("steps", [24, pytest.param(40, marks=pytest.mark.soak)], ids=["short", "long"])
+def test_a_lost_node_resumes_from_the_replica_or_from_disk(tmp_path: Path, steps: int) -> None:
+    """The node goes once rank 1 saved step 8 (`short`: 16 steps before the job would end)."""
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-fnl-")}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(ROOT), str(tmp_path)],
+        [sys.executable, "-c", SCRIPT, str(ROOT), str(tmp_path), str(steps)],
         cwd=ROOT,
         env=env,
         capture_output=True,

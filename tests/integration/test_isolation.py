@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -52,7 +52,7 @@ cluster.shutdown()
 
 
 def test_master_and_workers_land_on_their_isolation_nodes(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-iso-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-iso-")}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path), str(HERE)],
         cwd=HERE,

@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from short_tmp import short_tmp_dir
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -146,7 +146,7 @@ cluster.shutdown()
 
 
 def test_node_relaunch_replaces_a_cluster_node_and_training_finishes(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-rl-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-rl-")}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(ROOT), str(tmp_path)],
         cwd=ROOT,

@@ -20,13 +20,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lm_jobs import lm_job, status_of, wait_until
+from short_tmp import short_tmp_dir
 from test_elastic_below_min import COMMON
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -133,7 +133,7 @@ cluster.shutdown()
 @pytest.fixture(scope="module")
 def overlap(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("overlap")
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-ov-", dir="/tmp")}
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-ov-")}
     done = subprocess.run(
         [sys.executable, "-c", COMMON + OVERLAP, str(ROOT), str(out)],
         cwd=ROOT,

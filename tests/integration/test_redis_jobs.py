@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from short_tmp import short_tmp_dir
 
 from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStage
@@ -153,7 +153,7 @@ def test_resume_after_the_ray_cluster_is_gone(redis_server: Any, tmp_path: Path)
     def env() -> dict[str, str]:
         return {
             **os.environ,
-            "RAY_TMPDIR": tempfile.mkdtemp(prefix="dlu-res-", dir="/tmp"),
+            "RAY_TMPDIR": short_tmp_dir("dlu-res-"),
             "DLU_HOME": str(tmp_path / "home"),
         }
 
@@ -267,12 +267,14 @@ def _has_event(job: str, kind: str) -> bool:
     return status is not None and any(e.kind == kind for e in status.events)
 
 
-def test_a_calm_store_raises_no_outage(ray_session: Any, redis_server: Any) -> None:
+@pytest.mark.parametrize("steps", [50, pytest.param(120, marks=pytest.mark.soak)], ids=["short", "long"])
+def test_a_calm_store_raises_no_outage(ray_session: Any, redis_server: Any, steps: int) -> None:
     """Soak of the writer's timers (slow-write warning 2 s, status lock wait 0.5 s, probe): a job
-    of many multiples of them with a healthy store records no outage and no restart."""
+    of many multiples of them (steps of 0.1 s) with a healthy store records no outage and no
+    restart."""
     from dlu_prime import launcher
 
-    spec = redis_job("redis-calm", redis_server.url, steps=120)
+    spec = redis_job(f"redis-calm-{steps}", redis_server.url, steps=steps)
     launcher.submit_job(spec, str(HERE))
     wait_running(spec.name)
     polls = 0

@@ -88,14 +88,21 @@ def test_a_channel_nobody_writes_is_reported_naming_the_channel_and_its_readers(
     assert f"stalled: {message}" in status_text(seen[0])
 
 
-def test_soak_a_progressing_pipeline_is_never_reported(ray_session: Any) -> None:
-    """About 30 s of steady progress through every channel with a 6 s stall timeout (5 times
-    over, polled every second): no stall event."""
+@pytest.mark.parametrize(
+    ("records", "timeout_s"), [(96, 3), pytest.param(240, 6, marks=pytest.mark.soak)], ids=["short", "long"]
+)
+def test_soak_a_progressing_pipeline_is_never_reported(
+    ray_session: Any, records: int, timeout_s: int
+) -> None:
+    """About 12 s (`long`: 30 s) of steady progress through every channel with a 3 s (6 s) stall
+    timeout, 4 (5) times over, channels polled every quarter timeout: no stall event."""
     from dlu_prime import launcher
 
-    config = {"records": 240, "batch_size": 8, "tokenize_delay_s": 0.25}
+    config = {"records": records, "batch_size": 8, "tokenize_delay_s": 0.25}
     roles = ["source", "tokenizer", "sampler", "trainer"]
-    spec = spec_from_dict(pipeline("stall-soak", roles, config=config, health={"stall_timeout_s": 6}))
+    spec = spec_from_dict(
+        pipeline(f"stall-soak-{records}", roles, config=config, health={"stall_timeout_s": timeout_s})
+    )
     final = launcher.run_job(spec, str(ROOT))
     assert final.exit_code == 0, final.reason
     kinds = [e.kind for e in final.events]
