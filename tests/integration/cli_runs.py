@@ -71,6 +71,7 @@ class Box:
             "DLU_HOME": str(self.home),
             "DLU_ZYGOTE_DIR": self.zygotes,
             "RAY_TMPDIR": ray_tmpdir,
+            "TMPDIR": ray_tmpdir,  # what the run makes with tempfile (its metrics folder) goes too
             **extra,
         }
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proc_checks import gone
+from proc_checks import gone, processes
 
 from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher
 from dlu_elastic.worker.warmup import PRELOAD
@@ -30,11 +30,27 @@ LIGHT = ("dlu_elastic.worker.process",)  # no torch: a zygote that starts in a s
 
 @pytest.fixture
 def zygote_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Named by this pytest's pid: the folders of a pytest that is gone (killed, timed out before
+    its teardown) are removed here, with their zygotes."""
+    for stale in Path("/tmp").glob("dlu-zt-*-*"):
+        owner = stale.name.split("-")[2]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            _end_zygotes_of(stale)
     directory = Path(f"/tmp/dlu-zt-{os.getpid()}-{time.monotonic_ns() % 10**9}")
     directory.mkdir()
     monkeypatch.setenv(zygote.DIR_ENV, str(directory))
     yield directory
     zygote.stop_all(directory)
+    _end_zygotes_of(directory)
+
+
+def _end_zygotes_of(directory: Path) -> None:
+    """SIGKILL the zygotes of `directory` by command line (one still importing answers no ping),
+    then remove it."""
+    for proc in processes().values():
+        if "dlu_prime.zygote" in proc.cmdline and f"--socket {directory}/" in proc.cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
     shutil.rmtree(directory, ignore_errors=True)
 
 
