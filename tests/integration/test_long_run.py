@@ -65,7 +65,7 @@ def reference_loss(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 
 HEARTBEAT_TIMEOUT_S = 2.0
-SHORT_STEPS = 250  # 25 s at 0.1 s a step: over 10 heartbeat timeouts of 2 s
+SHORT_STEPS = 150  # 15 s at 0.1 s a step: over 7 heartbeat timeouts of 2 s, 5 hang timeouts of 3 s
 SOAK_STEPS = 1300  # 130 s: over 20 timeouts of 6 s (the defaults' ratio: 6 / 0.25 = 120 / 5)
 
 
