@@ -37,7 +37,7 @@ from dlu_elastic.worker.agent_loop import (
     ElasticAgentLoop,
     heartbeat_interval,
 )
-from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
+from dlu_elastic.worker.process import ProcessEventKind, ProcessSpec, TrainingLauncher, TrainingProcess
 from dlu_elastic.worker.torchrun_env import restart_count, torchrun_env
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
 from dlu_prime.worker.rank_logs import RankOutput, log_root, redirect_this_process
@@ -208,7 +208,9 @@ class ElasticWorkerActor(ElasticAgentLoop):
             process.terminate(1.0)
             return {"node": node, "elapsed_s": None, "error": f"probe did not finish in {timeout:.0f}s"}
         elapsed = [
-            e.metric for e in process.events() if e.kind is EventKind.HEARTBEAT and e.metric is not None
+            e.metric
+            for e in process.events()
+            if e.kind is ProcessEventKind.HEARTBEAT and e.metric is not None
         ]
         if code != 0 or not elapsed:
             error = process.last_failure or f"probe exited with code {code}"
