@@ -236,3 +236,21 @@ def test_lost_steps_add_up_per_role() -> None:
     metrics.lost_steps("trainer", 3)
     lost = backend.metrics["dlu_checkpoint_lost_steps_total"]
     assert lost.kind == "counter" and lost.total(role="trainer", dlu_job="m") == 4.0
+
+
+def test_one_job_level_restart_is_one_restart_in_the_tier_series() -> None:
+    """`dlu_restarts_total` summed over `tier` is the job's restarts: a job-level restart, which
+    also spends the global budget, counts once (as `job`), never again as a `global` tier."""
+    from dlu_api.vocabulary import Tier
+    from dlu_prime.master.tiers import charge
+
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    state = job_state()
+    charge(state, Tier.JOB)
+    charge(state, Tier.ROLE, "trainer")
+    metrics.observe_state(state, {})
+    restarts = backend.metrics["dlu_restarts_total"]
+    assert restarts.total(tier="job") == 1 and restarts.total(tier="role") == 1
+    assert sum(value for value, _ in restarts.records) == 2
+    assert "global" not in {tags["tier"] for _, tags in restarts.records}
