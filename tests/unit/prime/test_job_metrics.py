@@ -183,9 +183,10 @@ def test_node_scores_are_set_again_on_refresh_and_replaced_by_a_new_check() -> N
 def test_recovery_durations_reach_the_histogram_for_node_relaunches_too() -> None:
     """The hook times what the PrimeManager runs: failovers at their end, node relaunches."""
     from dlu_api.status import JobEvent
+    from dlu_api.vocabulary import Tier
     from dlu_prime.master.changes import FailoverEnded, NodesRelaunched, StageChanged
     from dlu_prime.master.hooks import failover_metrics
-    from dlu_prime.master.state import FailoverRecord, Tier
+    from dlu_prime.master.state import FailoverRecord
 
     class Manager:
         def __init__(self) -> None:
