@@ -103,6 +103,15 @@ def exit_with_code() -> None:
     raise SystemExit(int(os.environ.get("EXIT_CODE", "3")))
 
 
+def _barrier() -> None:
+    """Every rank got here: none leaves while a peer still sets the process group up (seen: a
+    rank that returned at once closed the mesh on its peer, "Connection closed by peer")."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def finish_or_fail_on_first_attempt() -> None:
     """First attempt: rank 0 returns (it finished) and rank 1 exits 3; FAIL_FIRST=1 makes rank 1
     exit as soon as rank 0's first attempt runs and rank 0 return once rank 1 exits (it finishes
@@ -116,6 +125,7 @@ def finish_or_fail_on_first_attempt() -> None:
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     _write(f"ran-{rank}-{attempt}.json", {"pid": os.getpid(), "world_size": os.environ["WORLD_SIZE"]})
     if attempt > 0:
+        _barrier()  # a rank that exits at once can close gloo's mesh on a peer still connecting
         return
     fail_first = os.environ.get("FAIL_FIRST") == "1"
     deadline = time.monotonic() + 30
