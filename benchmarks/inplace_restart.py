@@ -18,7 +18,7 @@ from pathlib import Path
 
 from figures import figure
 
-from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher
+from dlu_elastic.worker.process import ProcessEventKind, ProcessSpec, TrainingLauncher
 
 HERE = Path(__file__).resolve().parent
 RANKS = 4
@@ -75,7 +75,7 @@ def in_place_round(launcher: TrainingLauncher) -> tuple[float, float]:
     exited = time.time() - t0
     if codes != [0] * RANKS:
         raise SystemExit(f"training processes failed: {codes}\n{[p.last_failure for p in procs]}")
-    done = [e.time for p in procs for e in p.events() if e.kind is EventKind.HEARTBEAT]
+    done = [e.time for p in procs for e in p.events() if e.kind is ProcessEventKind.HEARTBEAT]
     return max(done) - t0, exited
 
 

@@ -103,24 +103,42 @@ def exit_with_code() -> None:
     raise SystemExit(int(os.environ.get("EXIT_CODE", "3")))
 
 
+def _barrier() -> None:
+    """Every rank got here: none leaves while a peer still sets the process group up (seen: a
+    rank that returned at once closed the mesh on its peer, "Connection closed by peer")."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def finish_or_fail_on_first_attempt() -> None:
     """First attempt: rank 0 returns (it finished) and rank 1 exits 3; FAIL_FIRST=1 makes rank 1
-    exit at once and rank 0 return once it did (it finishes during the restart), otherwise rank 0
-    returns at once and rank 1 exits after FAIL_DELAY_S. Every later attempt succeeds. Each run
-    leaves ran-RANK-ATTEMPT.json."""
+    exit as soon as rank 0's first attempt runs and rank 0 return once rank 1 exits (it finishes
+    during the restart), otherwise rank 0 returns at once and rank 1 exits after FAIL_DELAY_S.
+    Every later attempt succeeds. Each run leaves ran-RANK-ATTEMPT.json.
+
+    With FAIL_FIRST rank 1 waits for rank 0's ran-0-0.json: its exit halts the round, and its
+    agent's halt SIGTERMs rank 0's process; one that had not reached its first line yet (slow
+    to leave the process group's init on a loaded machine) never wrote its file (seen 1 in 3)."""
     rank = int(os.environ["RANK"])
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     _write(f"ran-{rank}-{attempt}.json", {"pid": os.getpid(), "world_size": os.environ["WORLD_SIZE"]})
     if attempt > 0:
+        _barrier()  # a rank that exits at once can close gloo's mesh on a peer still connecting
         return
     fail_first = os.environ.get("FAIL_FIRST") == "1"
+    deadline = time.monotonic() + 30
     if rank == 1:
-        if not fail_first:
+        if fail_first:
+            while not _out("ran-0-0.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        else:
             time.sleep(float(os.environ.get("FAIL_DELAY_S", "1.0")))
+        _write("failing-1-0.json", {"pid": os.getpid()})
         raise SystemExit(3)
     if fail_first:  # return as the peer fails: its restart is under way
-        deadline = time.monotonic() + 30
-        while not _out("ran-1-0.json").exists() and time.monotonic() < deadline:
+        while not _out("failing-1-0.json").exists() and time.monotonic() < deadline:
             time.sleep(0.005)
 
 

@@ -20,8 +20,8 @@ import pytest
 from proc_checks import gone
 
 from dlu_elastic.worker.process import (
-    EventKind,
     ProcessEvent,
+    ProcessEventKind,
     ProcessSpec,
     TrainingLauncher,
     TrainingProcess,
@@ -67,7 +67,7 @@ def wait_all(procs: list[TrainingProcess], timeout: float = 60.0) -> list[int | 
     return [p.wait(max(0.0, deadline - time.monotonic())) for p in procs]
 
 
-def kinds(events: list[ProcessEvent]) -> list[EventKind]:
+def kinds(events: list[ProcessEvent]) -> list[ProcessEventKind]:
     return [e.kind for e in events]
 
 
@@ -146,7 +146,7 @@ def test_function_entrypoint_gloo_allreduce_4_processes(launcher: TrainingLaunch
             "device": "cpu",
         }
         events = proc.events()
-        assert kinds(events) == [EventKind.STARTED, EventKind.HEARTBEAT]
+        assert kinds(events) == [ProcessEventKind.STARTED, ProcessEventKind.HEARTBEAT]
         assert "torch preloaded: True" in (events[0].message or "")
         assert events[1].step == 1 and events[1].metric == 10.0
         assert proc.events() == []  # drained
@@ -188,7 +188,7 @@ def test_exception_exits_1_with_traceback_in_events(launcher: TrainingLauncher, 
         )
     )
     assert proc.wait(30) == 1
-    failures = [e for e in proc.events() if e.kind is EventKind.FAILURE]
+    failures = [e for e in proc.events() if e.kind is ProcessEventKind.FAILURE]
     assert len(failures) == 1
     text = failures[0].message or ""
     assert "Traceback (most recent call last)" in text
@@ -301,13 +301,13 @@ def test_heartbeats_arrive_in_order(launcher: TrainingLauncher, tmp_path: Path) 
     )
     assert proc.wait(30) == 0, proc.last_failure
     events = proc.events()
-    beats = [e for e in events if e.kind is EventKind.HEARTBEAT]
+    beats = [e for e in events if e.kind is ProcessEventKind.HEARTBEAT]
     assert [e.step for e in beats] == list(range(1, 201))
     assert [e.metric for e in beats] == [s * 0.5 for s in range(1, 201)]
     times = [e.time for e in beats]
     assert times == sorted(times)
-    assert events[0].kind is EventKind.STARTED
-    assert events[-1].kind is EventKind.ERROR_REPORT
+    assert events[0].kind is ProcessEventKind.STARTED
+    assert events[-1].kind is ProcessEventKind.ERROR_REPORT
     assert "loss is NaN" in (events[-1].message or "")
 
 
@@ -316,7 +316,7 @@ def _wait_for_heartbeat(proc: TrainingProcess, timeout: float = 30.0) -> list[Pr
     seen: list[ProcessEvent] = []
     while time.monotonic() < deadline:
         seen += proc.events()
-        if any(e.kind is EventKind.HEARTBEAT for e in seen):
+        if any(e.kind is ProcessEventKind.HEARTBEAT for e in seen):
             return seen
         assert proc.poll() is None, proc.last_failure
         time.sleep(0.02)
@@ -427,7 +427,7 @@ def test_a_restart_forks_fresh_ranks_with_torch_already_loaded(
     for procs in rounds:
         for proc in procs:
             events = proc.events()
-            assert kinds(events) == [EventKind.STARTED, EventKind.HEARTBEAT], events
+            assert kinds(events) == [ProcessEventKind.STARTED, ProcessEventKind.HEARTBEAT], events
             assert "torch preloaded: True" in (events[0].message or "")
             assert events[1].metric == 4.0  # the allreduce of four ones
 
@@ -487,7 +487,9 @@ def test_ranks_started_before_their_store_are_served_once_it_takes_the_listening
         started: set[int] = set()
 
         def all_started() -> bool:
-            started.update(p.pid for p in procs if any(e.kind is EventKind.STARTED for e in p.events()))
+            started.update(
+                p.pid for p in procs if any(e.kind is ProcessEventKind.STARTED for e in p.events())
+            )
             return len(started) == len(procs)
 
         wait_until("every rank to be started", all_started)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from proc_checks import gone, processes
 
-from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher
+from dlu_elastic.worker.process import ProcessEventKind, ProcessSpec, TrainingLauncher
 from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
 
@@ -235,7 +235,9 @@ def test_every_child_of_a_killed_zygote_is_reported_whether_forked_ahead_or_not(
         procs = list(pool.map(lambda _: launcher.start(spec), range(4)))
     for proc in procs:  # each runs its workload (its first heartbeat came)
         assert _wait(
-            lambda p=proc: any(e.kind is EventKind.HEARTBEAT for e in p.events()) or p.poll() is not None
+            lambda p=proc: (
+                any(e.kind is ProcessEventKind.HEARTBEAT for e in p.events()) or p.poll() is not None
+            )
         )
         assert proc.poll() is None, proc.last_failure
     os.kill(old, signal.SIGKILL)

@@ -20,7 +20,7 @@ from dlu_api.vocabulary import ActorStage
 from dlu_elastic.rendezvous.client import RendezvousError
 from dlu_elastic.worker.actor import ElasticWorkerActor
 from dlu_elastic.worker.agent_loop import DECISION_HOLD_S, HEARTBEAT_TIMEOUT_S
-from dlu_elastic.worker.process import EventKind, ProcessEvent
+from dlu_elastic.worker.process import ProcessEvent, ProcessEventKind
 from dlu_prime.runtime.context import Health
 from dlu_prime.worker.entrypoint import Outcome
 
@@ -94,7 +94,7 @@ class ScriptedProcess:
     def events(self) -> list[ProcessEvent]:
         if not self._steps:
             return []
-        return [ProcessEvent(EventKind.HEARTBEAT, 0.0, step=self._steps.pop(0))]
+        return [ProcessEvent(ProcessEventKind.HEARTBEAT, 0.0, step=self._steps.pop(0))]
 
     def poll(self) -> int | None:
         return None if self._steps else self._code

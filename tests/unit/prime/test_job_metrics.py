@@ -183,9 +183,10 @@ def test_node_scores_are_set_again_on_refresh_and_replaced_by_a_new_check() -> N
 def test_recovery_durations_reach_the_histogram_for_node_relaunches_too() -> None:
     """The hook times what the PrimeManager runs: failovers at their end, node relaunches."""
     from dlu_api.status import JobEvent
+    from dlu_api.vocabulary import Tier
     from dlu_prime.master.changes import FailoverEnded, NodesRelaunched, StageChanged
     from dlu_prime.master.hooks import failover_metrics
-    from dlu_prime.master.state import FailoverRecord, Tier
+    from dlu_prime.master.state import FailoverRecord
 
     class Manager:
         def __init__(self) -> None:
@@ -236,3 +237,21 @@ def test_lost_steps_add_up_per_role() -> None:
     metrics.lost_steps("trainer", 3)
     lost = backend.metrics["dlu_checkpoint_lost_steps_total"]
     assert lost.kind == "counter" and lost.total(role="trainer", dlu_job="m") == 4.0
+
+
+def test_one_job_level_restart_is_one_restart_in_the_tier_series() -> None:
+    """`dlu_restarts_total` summed over `tier` is the job's restarts: a job-level restart, which
+    also spends the global budget, counts once (as `job`), never again as a `global` tier."""
+    from dlu_api.vocabulary import Tier
+    from dlu_prime.master.tiers import charge
+
+    backend = FakeBackend()
+    metrics = JobMetrics("m", backend)
+    state = job_state()
+    charge(state, Tier.JOB)
+    charge(state, Tier.ROLE, "trainer")
+    metrics.observe_state(state, {})
+    restarts = backend.metrics["dlu_restarts_total"]
+    assert restarts.total(tier="job") == 1 and restarts.total(tier="role") == 1
+    assert sum(value for value, _ in restarts.records) == 2
+    assert "global" not in {tags["tier"] for _, tags in restarts.records}

@@ -64,7 +64,11 @@ class ElasticMaster(SubMaster):
         self._inplace = InPlaceTimer()
         self._blame = BlameWindow()
         self._blame_lock = threading.Lock()
-        self._timer_lock = threading.Lock()  # not self._lock: held across a PrimeMaster call
+        self._timer_lock = threading.Lock()
+        # Failures are judged here, one at a time, off the gRPC threads: a ReportFailure is
+        # answered at once (the agent's deadline is a tiny call's), the decision reaches the
+        # ranks through their held beats, and no lock is held across the PrimeMaster's call.
+        self._judging = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"dlu-judge-{self.role}")
         self._metrics: Any = None  # JobMetrics, created on first use (it imports Ray's metrics)
         self._metrics_refreshed = 0.0
         self._members: list[int] | None = None  # ranks of the role now, once a resize said so
@@ -207,8 +211,11 @@ class ElasticMaster(SubMaster):
         with self._timer_lock:
             self._inplace.cancel()
         logger.info("role %s: resized to ranks %s (round %d)", self.role, sorted(ranks), new_round)
-        starting = [ray.get_actor(actor_name(self.job, self.role, r), namespace=NAMESPACE) for r in new_ranks]
-        ray.get([w.start.remote() for w in starting], timeout=timeout_s)
+        if new_ranks:
+            starting = [
+                ray.get_actor(actor_name(self.job, self.role, r), namespace=NAMESPACE) for r in new_ranks
+            ]
+            ray.get([w.start.remote() for w in starting], timeout=timeout_s)
         try:
             done = self.rendezvous.wait_complete(timeout_s, new_round)
         except StaleRoundError:
@@ -323,7 +330,7 @@ class ElasticMaster(SubMaster):
         with self._blame_lock:
             blame = self._blame.offer(seen, seen.seen_at)
         if blame.act is not None:
-            self._restart_for(blame.act)
+            self._judge_later(blame.act)
         elif blame.recheck_at is not None:
             timer = threading.Timer(max(0.0, blame.recheck_at - time.monotonic()), self._blame_expired)
             timer.daemon = True
@@ -334,48 +341,74 @@ class ElasticMaster(SubMaster):
         with self._blame_lock:
             held = self._blame.expire(time.monotonic())
         if held is not None:
-            self._restart_for(held)
+            self._judge_later(held)
+
+    def _judge_later(self, report: Report) -> None:
+        """Hand the report to the judging thread (reports are judged in the order they came)."""
+        self._judging.submit(self._judge_logged, report)
+
+    def _judge_logged(self, report: Report) -> None:
+        try:
+            self._restart_for(report)
+        except Exception:  # the PrimeMaster never answered: the ranks wait, then fail (see agent)
+            logger.exception(
+                "role %s: judging %s's failure of round %d failed", self.role, report.agent, report.round
+            )
 
     def _restart_for(self, report: Report) -> None:
+        """Decide one report (on the judging thread): the round's state is read and changed
+        under the lock, the PrimeMaster's judgement is asked without it, so a resize, a
+        failover or a heartbeat is served meanwhile; the round is read again after."""
+        message = (
+            f"round {report.round}: {report.agent} exited {report.exit_code}: {_last_line(report.error)}"
+        )
         with self._lock:
             if self.stopping:
                 return
-            if report.round != self.rendezvous.round or report.round == self._joined_round:
+            late = report.round != self.rendezvous.round or report.round == self._joined_round
+            if late:
                 # The round already moved on, or waits for a failover: being handled. A fault of
                 # the rank's own found meanwhile (a hang, a crash) is still a fault: counted once
                 # on it, recovered by the round under way (causality: never hidden in another).
-                if not is_peer_failure(report.error) and report.round > self._counted_round:
-                    self._counted_round = report.round
-                    late = f"round {report.round}: {report.agent} exited {report.exit_code}: {_last_line(report.error)}"
-                    decision = self._note_inplace_restart(late, report.agent, report.error, recovered=True)
-                    logger.info("role %s: %s", self.role, decision.reason)
-                    if decision.verdict is InPlaceVerdict.STOP:
-                        self.stopping = True
-                        self.server.wake_held()
-                return
-            self.last_failure = report.error
-            # Every decision ends the round's processes (a new round or a stop): the other ranks
-            # stop theirs now, while the PrimeMaster judges, not once it has.
-            self._halted_round = report.round
-            self.server.wake_held()
-            message = (
-                f"round {report.round}: {report.agent} exited {report.exit_code}: {_last_line(report.error)}"
-            )
-            decision = self._note_inplace_restart(message, report.agent, report.error)
+                if is_peer_failure(report.error) or report.round <= self._counted_round:
+                    return
+                self._counted_round = report.round
+            else:
+                self.last_failure = report.error
+                # Every decision ends the round's processes (a new round or a stop): the other
+                # ranks stop theirs now, while the PrimeMaster judges, not once it has.
+                self._halted_round = report.round
+                self.server.wake_held()
+        decision = self._note_inplace_restart(message, report.agent, report.error, recovered=late)
+        with self._lock:
             if decision.verdict is InPlaceVerdict.STOP:
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
                 self.server.wake_held()  # the ranks waiting for this decision hear it now
                 return
+            if late:
+                logger.info("role %s: %s", self.role, decision.reason)
+                return
             if decision.counted:
-                self._counted_round = report.round
+                self._counted_round = max(self._counted_round, report.round)
             if decision.verdict is InPlaceVerdict.JOIN:
                 self._joined_round = report.round
                 logger.info("role %s: %s", self.role, decision.reason)
                 return
+            if self.rendezvous.round != report.round:
+                # A failover or a resize opened a round while this was judged: that round
+                # re-forms training; the restart was counted, no round of its own is opened.
+                logger.info(
+                    "role %s: %s (round %d already re-forms training)",
+                    self.role,
+                    decision.reason or "restart",
+                    self.rendezvous.round,
+                )
+                return
             self.restarts += 1
             new_round = self.rendezvous.new_round()
-            with self._timer_lock:
-                self._inplace.restarted(new_round, report.seen_at, self._ranks())
+        ranks = self._ranks()  # may ask the PrimeMaster: no lock held
+        with self._timer_lock:
+            self._inplace.restarted(new_round, report.seen_at, ranks)
 
     def _note_inplace_done(self, took: float) -> None:
         """Put the in-place restart's end on the job's timeline, with its duration, so `dlu run`
@@ -428,6 +461,7 @@ class ElasticMaster(SubMaster):
         return self.server.serving
 
     def stop(self) -> None:
+        self._judging.shutdown(wait=False, cancel_futures=True)
         self.server.stop(1.0)
 
 

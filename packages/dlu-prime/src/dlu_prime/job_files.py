@@ -85,6 +85,12 @@ def ended_roles(roles: list[RoleStatus], stage: str) -> list[RoleStatus]:
     ]
 
 
+FOLLOW_CHECK_S = 1.0
+"""How often `ask` looks whether the work behind a taken request still goes on (past its timeout)."""
+FOLLOW_GRACE_S = 10.0
+"""How long `ask` waits for the answer after it last saw that work going on."""
+
+
 class JobFiles:
     """The per-job files of local runs."""
 
@@ -165,8 +171,18 @@ class JobFiles:
     def _mailbox(self, name: str) -> Path:
         return self.root / f"{name}.debug"
 
-    def ask(self, name: str, request: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any]:
+    def ask(
+        self,
+        name: str,
+        request: dict[str, Any],
+        timeout_s: float = 60.0,
+        in_progress: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
         """Leave a request for the process running the job and wait for its answer.
+
+        `in_progress`: past `timeout_s`, a request the owner has taken is waited for while this
+        says its work still goes on (a `dlu scale` whose resize the job's state shows in
+        flight), asked every FOLLOW_CHECK_S and followed by FOLLOW_GRACE_S for the answer.
 
         Raises:
             JobNotFoundError: nobody answered (the job's `dlu run` is gone or busy).
@@ -176,18 +192,31 @@ class JobFiles:
         key = uuid.uuid4().hex
         tmp = box / f"{key}.tmp"
         tmp.write_text(json.dumps(request), encoding="utf-8")
-        tmp.replace(box / f"{key}.request.json")
+        waiting = box / f"{key}.request.json"
+        tmp.replace(waiting)
         answer = box / f"{key}.answer.json"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        deadline = started + timeout_s
+        checked = float("-inf")
+        while True:
             if answer.exists():
                 found: dict[str, Any] = json.loads(answer.read_text(encoding="utf-8"))
                 answer.unlink(missing_ok=True)
                 return found
+            now = time.monotonic()
+            if now >= deadline:
+                taken = not waiting.exists()  # the owner claimed it: it is being answered
+                if in_progress is None or not taken or now - checked < FOLLOW_CHECK_S:
+                    break
+                checked = now
+                if not in_progress():
+                    break
+                deadline = now + FOLLOW_GRACE_S
             time.sleep(0.1)
-        (box / f"{key}.request.json").unlink(missing_ok=True)
+        waiting.unlink(missing_ok=True)
         raise JobNotFoundError(
-            f"local job {name!r} did not answer in {timeout_s:.0f}s; is its `dlu run` running?"
+            f"local job {name!r} did not answer in {time.monotonic() - started:.0f}s; "
+            "is its `dlu run` running?"
         )
 
     def serve(

@@ -270,39 +270,56 @@ def _master_lost(spec: JobSpec, last: JobStatus | None, cause: str) -> JobStatus
     )
 
 
+def _ask_rebuilt(job: str, command: str, missing: str, call: Callable[[Any], Any], patience_s: float) -> Any:
+    """`call(master)` on the job's PrimeMaster; one that dies with the request in flight is
+    asked again, once Ray has rebuilt it, with the same request (the caller's request id makes
+    it idempotent: a change it saved is not made twice, its outcome is answered), for up to
+    `patience_s`.
+
+    Raises:
+        LookupError: the job has no PrimeMaster (`missing`), or it did not come back in time.
+        ValueError: the PrimeMaster refused the request (its error's text).
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        master = get_master(job)
+        if master is None:
+            raise LookupError(missing)
+        try:
+            return call(master)
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise ValueError(str(cause)) from None
+        except RayActorError as exc:
+            if time.monotonic() >= deadline:
+                raise LookupError(
+                    f"job {job!r}: its PrimeMaster did not come back to answer `dlu {command}` ({_first_line(exc)})"
+                ) from None
+            logger.info(
+                "job %s: PrimeMaster gone during dlu %s (%s); asking again", job, command, _first_line(exc)
+            )
+            time.sleep(0.5)
+
+
 def debug_job(
     job: str, action: str, role: str, rank: int | None = None, step: int | None = None
 ) -> dict[str, Any]:
-    """Run a debugging call on the job's PrimeMaster (see PrimeMaster.debug).
+    """Run a debugging call on the job's PrimeMaster (see PrimeMaster.debug); reads and
+    set_step are repeatable, a mark is made once (by request id).
 
     Raises:
         LookupError: the job has no PrimeMaster.
         ValueError: unknown role, rank or action.
     """
     request_id = uuid.uuid4().hex
-    deadline = time.monotonic() + MASTER_REBUILD_S
-    while True:
-        master = get_master(job)
-        if master is None:
-            raise LookupError(f"job {job!r} has no running PrimeMaster")
-        try:
-            result: dict[str, Any] = ray.get(
-                master.debug.remote(action, role, rank, step, request_id), timeout=60
-            )
-        except RayTaskError as exc:
-            cause = exc.cause if exc.cause is not None else exc
-            raise ValueError(str(cause)) from None
-        except RayActorError as exc:
-            # Died with the request in flight: asked again of the rebuilt PrimeMaster with the
-            # same id (a mark it saved is not made twice; reads and set_step are repeatable).
-            if time.monotonic() >= deadline:
-                raise LookupError(
-                    f"job {job!r}: its PrimeMaster did not come back to answer `dlu debug` ({_first_line(exc)})"
-                ) from None
-            logger.info("job %s: PrimeMaster gone during dlu debug (%s); asking again", job, _first_line(exc))
-            time.sleep(0.5)
-            continue
-        return result
+    result: dict[str, Any] = _ask_rebuilt(
+        job,
+        "debug",
+        f"job {job!r} has no running PrimeMaster",
+        lambda master: ray.get(master.debug.remote(action, role, rank, step, request_id), timeout=60),
+        MASTER_REBUILD_S,
+    )
+    return result
 
 
 MASTER_REBUILD_S = 60.0
@@ -310,43 +327,27 @@ MASTER_REBUILD_S = 60.0
 
 SCALE_WAIT_S = 45.0
 """How long `dlu scale` waits for the resize to end (it goes on after; `dlu status` shows it):
-below the 60 s a local job's owner process and a remote probe are given to answer."""
+below the 60 s a remote probe is given to answer (a local job's asker follows the resize)."""
 
 
 def scale_job(job: str, role: str, size: int, wait_s: float = SCALE_WAIT_S) -> dict[str, Any]:
     """Resize a simple role of the running job through its PrimeMaster (see PrimeMaster.scale).
+    A PrimeMaster that dies meanwhile is rebuilt by Ray and answers the same request id with its
+    real outcome (never run twice).
 
     Raises:
         LookupError: the job has no running PrimeMaster.
         ValueError: refused (unknown role, size out of bounds, not resizable, ...); nothing changed.
     """
     request_id = uuid.uuid4().hex
-    deadline = time.monotonic() + wait_s + MASTER_REBUILD_S
-    while True:
-        master = get_master(job)
-        if master is None:
-            raise LookupError(
-                f"job {job!r} is not running (no PrimeMaster): only a running job can be scaled"
-            )
-        try:
-            result: dict[str, Any] = ray.get(
-                master.scale.remote(role, size, wait_s, request_id), timeout=wait_s + 30
-            )
-        except RayTaskError as exc:
-            cause = exc.cause if exc.cause is not None else exc
-            raise ValueError(str(cause)) from None
-        except RayActorError as exc:
-            # The PrimeMaster died with the request in flight (it may or may not have been
-            # taken): Ray rebuilds it, and the same request id is answered with its real
-            # outcome there, never run twice.
-            if time.monotonic() >= deadline:
-                raise LookupError(
-                    f"job {job!r}: its PrimeMaster did not come back to answer `dlu scale` ({_first_line(exc)})"
-                ) from None
-            logger.info("job %s: PrimeMaster gone during dlu scale (%s); asking again", job, _first_line(exc))
-            time.sleep(0.5)
-            continue
-        return result
+    result: dict[str, Any] = _ask_rebuilt(
+        job,
+        "scale",
+        f"job {job!r} is not running (no PrimeMaster): only a running job can be scaled",
+        lambda master: ray.get(master.scale.remote(role, size, wait_s, request_id), timeout=wait_s + 30),
+        wait_s + MASTER_REBUILD_S,
+    )
+    return result
 
 
 def stop_job(job: str, reason: str = "stopped by user request") -> bool:

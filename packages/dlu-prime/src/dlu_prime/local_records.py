@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +25,30 @@ from dlu_api.client.rank_files import (
 from dlu_api.errors import DLUError, JobNameTakenError, JobNotFoundError, JobRunningError, NotSupportedError
 from dlu_api.rank_logs import parse_rank_file, select
 from dlu_api.status import JobStage, JobStatus, JobSummary
+from dlu_api.vocabulary import EventKind
 from dlu_prime import job_lock
 from dlu_prime.job_files import JobFiles
 
 if TYPE_CHECKING:
     from dlu_api.spec.models import JobSpec
+
+_RESIZE_ENDS = frozenset({EventKind.RESIZE_DONE, EventKind.RESIZE_FAILED})
+
+
+def resize_in_flight(status: JobStatus, role: str) -> bool:
+    """Whether the job's timeline shows a resize of `role` under way: its last resize_started
+    is not followed by a resize_done or resize_failed. Pure."""
+    if status.stage.is_terminal:
+        return False
+    for event in reversed(status.events):
+        if event.role != role:
+            continue
+        if event.kind in _RESIZE_ENDS:
+            return False
+        if event.kind == EventKind.RESIZE_STARTED:
+            return True
+    return False
+
 
 STOP_ANSWER_S = 5.0
 """How long `stop` waits for the owner process to take a stop request from its mailbox (it reads
@@ -146,17 +165,31 @@ class LocalRecords(JobClient):
         return dict(answer["result"])
 
     def scale(self, name: str, role: str, size: int) -> dict[str, object]:
+        """Asked of the process running the job; its answer is waited for as long as the job's
+        state shows the resize in flight (a long scale, a PrimeMaster rebuilt meanwhile), not
+        a fixed time."""
         request = {"action": "scale", "role": role, "rank": size, "step": None}
-        answer = self._ask(name, request, ": only a running job can be scaled")
+
+        def resizing() -> bool:
+            status, owner = self.files.status(name)
+            return owner is not None and resize_in_flight(status, role)
+
+        answer = self._ask(name, request, ": only a running job can be scaled", resizing)
         if "error" in answer:
             raise DLUError(f"dlu scale {name} {role} {size}: {answer['error']}")
         return dict(answer["result"])
 
-    def _ask(self, name: str, request: dict[str, Any], why: str) -> dict[str, Any]:
+    def _ask(
+        self,
+        name: str,
+        request: dict[str, Any],
+        why: str,
+        in_progress: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
         status, owner = self.files.status(name)
         if owner is None:
             raise JobNotFoundError(f"local job {name!r} is not running ({status.stage.value}){why}")
-        return self.files.ask(name, request)
+        return self.files.ask(name, request, in_progress=in_progress)
 
     def list_jobs(self) -> list[JobSummary]:
         out: list[JobSummary] = []

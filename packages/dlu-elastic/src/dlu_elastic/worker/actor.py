@@ -37,7 +37,7 @@ from dlu_elastic.worker.agent_loop import (
     ElasticAgentLoop,
     heartbeat_interval,
 )
-from dlu_elastic.worker.process import EventKind, ProcessSpec, TrainingLauncher, TrainingProcess
+from dlu_elastic.worker.process import ProcessEventKind, ProcessSpec, TrainingLauncher, TrainingProcess
 from dlu_elastic.worker.torchrun_env import restart_count, torchrun_env
 from dlu_prime.worker.entrypoint import EntrypointError, LoadedEntrypoint, Outcome, Result
 from dlu_prime.worker.rank_logs import RankOutput, log_root, redirect_this_process
@@ -59,6 +59,9 @@ __all__ = [
 PROBE_ENTRY = "dlu_elastic.node_check.entry:main"
 # Fault injection: seconds every setup sleeps (a slow actor start keeps a failover in flight).
 SETUP_DELAY_ENV = "DLU_FAULT_SETUP_DELAY_S"
+# How long an agent waits for its node's zygote to import torch before it joins a round anyway
+# (see `_ready_to_fork`): the fork then waits for it in its turn.
+ZYGOTE_READY_S = 120.0
 
 
 def is_class_entrypoint(text: str, workdir: str | None) -> bool:
@@ -205,7 +208,9 @@ class ElasticWorkerActor(ElasticAgentLoop):
             process.terminate(1.0)
             return {"node": node, "elapsed_s": None, "error": f"probe did not finish in {timeout:.0f}s"}
         elapsed = [
-            e.metric for e in process.events() if e.kind is EventKind.HEARTBEAT and e.metric is not None
+            e.metric
+            for e in process.events()
+            if e.kind is ProcessEventKind.HEARTBEAT and e.metric is not None
         ]
         if code != 0 or not elapsed:
             error = process.last_failure or f"probe exited with code {code}"
@@ -272,6 +277,7 @@ class ElasticWorkerActor(ElasticAgentLoop):
         self._client = self._connect()
         try:
             while not self._stop.is_set():
+                self._ready_to_fork()
                 listener = store.listen(self.host) if self.elastic.agent_store else None
                 try:
                     port = int(listener.getsockname()[1]) if listener is not None else free_port(self.host)
@@ -302,6 +308,18 @@ class ElasticWorkerActor(ElasticAgentLoop):
         finally:
             self._end_store()
             self._client.close()
+
+    def _ready_to_fork(self) -> None:
+        """Join a round only once this node's zygote forks at once. A round completes when its
+        last agent joins; its peers' processes then start and wait for this rank's in the
+        process group's init. An agent whose zygote still imports torch (an actor Ray rebuilt,
+        a fresh node: 20 s and more on a loaded machine) would keep them waiting there, past
+        their first-beat allowance, and their agents would kill them as hung and count it on
+        them (issue 27): its peers wait in the rendezvous instead, where nothing is judged."""
+        try:
+            self.launcher.warm_up(ZYGOTE_READY_S)
+        except RuntimeError as exc:  # its process start tries again, and reports what fails
+            logger.warning("%s: %s; joining the round anyway", self.info.actor_name, exc)
 
     # the agent's TCPStore (see dlu_elastic.worker.store) ----------------------------------------
     def _start_store(self, listener: socket.socket, port: int) -> None:

@@ -22,7 +22,7 @@ from dlu_elastic.rendezvous.client import ElasticClient, HeldBeat, RendezvousErr
 from dlu_elastic.rendezvous.round_watch import RECHECK_S
 from dlu_elastic.worker import error_file
 from dlu_elastic.worker.finished import AfterSuccess, after_success
-from dlu_elastic.worker.process import EventKind, TrainingProcess
+from dlu_elastic.worker.process import ProcessEventKind, TrainingProcess
 from dlu_elastic.worker.watchdog import WAITING_STATES, ProcessWatch, process_state
 from dlu_prime.naming import NAMESPACE, endpoint_key, master_name
 from dlu_prime.worker.actor import WorkerActor
@@ -178,7 +178,7 @@ class ElasticAgentLoop(WorkerActor):
                 process.activity.clear()  # before reading: news arriving from now on wakes the wait
                 now = time.monotonic()
                 for event in process.events():
-                    if event.kind is EventKind.HEARTBEAT:
+                    if event.kind is ProcessEventKind.HEARTBEAT:
                         self.health.relay(event.step, event.metric)
                         watch.beat(event.step, now)
                         self._script_beats = True
@@ -189,7 +189,7 @@ class ElasticAgentLoop(WorkerActor):
                                 beat, sent = None, float("-inf")
                             self._wake_master()
                             self._training_again()
-                    elif event.kind is EventKind.ERROR_REPORT and event.message:
+                    elif event.kind is ProcessEventKind.ERROR_REPORT and event.message:
                         self.health.report(event.message)
                 code = process.ending_code()
                 hung = None

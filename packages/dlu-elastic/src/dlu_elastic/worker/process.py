@@ -37,7 +37,7 @@ from typing import Any
 
 from dlu_api.spec.entrypoint import EntrypointKind
 from dlu_elastic.worker.process_child import ChildPayload, ForwardingHealth, context_from_env, zygote_child
-from dlu_elastic.worker.process_types import BACKENDS, DEVICE_ENV, EventKind, ProcessEvent, ProcessSpec
+from dlu_elastic.worker.process_types import BACKENDS, DEVICE_ENV, ProcessEvent, ProcessEventKind, ProcessSpec
 from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
 from dlu_prime.worker.rank_logs import fds_for_child
@@ -46,9 +46,9 @@ from dlu_prime.worker.rank_logs import fds_for_child
 __all__ = [
     "BACKENDS",
     "DEVICE_ENV",
-    "EventKind",
     "ForwardingHealth",
     "ProcessEvent",
+    "ProcessEventKind",
     "ProcessSpec",
     "TrainingLauncher",
     "TrainingProcess",
@@ -175,13 +175,13 @@ class TrainingProcess:
     def _push(self, event: Any) -> None:
         if not isinstance(event, ProcessEvent):
             return
-        if event.kind is EventKind.FAILURE:
+        if event.kind is ProcessEventKind.FAILURE:
             self._last_failure = event.message
             self._failure_code = event.exit_code if event.exit_code else 1
         with self._events_lock:
             self._events.append(event)
-        if event.kind is not EventKind.HEARTBEAT or not self._beaten:
-            self._beaten = self._beaten or event.kind is EventKind.HEARTBEAT
+        if event.kind is not ProcessEventKind.HEARTBEAT or not self._beaten:
+            self._beaten = self._beaten or event.kind is ProcessEventKind.HEARTBEAT
             self.activity.set()
 
     def _follow(self) -> None:

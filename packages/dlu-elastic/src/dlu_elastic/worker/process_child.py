@@ -38,7 +38,7 @@ from typing import Any, cast
 
 from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind
 from dlu_elastic.worker.error_file import failure_text
-from dlu_elastic.worker.process_types import PASSED_FDS_ENV, EventKind, ProcessEvent
+from dlu_elastic.worker.process_types import PASSED_FDS_ENV, ProcessEvent, ProcessEventKind
 from dlu_prime import zygote
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
 
@@ -86,12 +86,12 @@ class ForwardingHealth(Health):
     def beat(self, step: int | None, metric: float | None) -> None:
         super().beat(step, metric)
         if self.sink is not None:
-            self.sink(ProcessEvent(EventKind.HEARTBEAT, time.time(), step=step, metric=metric))
+            self.sink(ProcessEvent(ProcessEventKind.HEARTBEAT, time.time(), step=step, metric=metric))
 
     def report(self, message: str) -> None:
         super().report(message)
         if self.sink is not None:
-            self.sink(ProcessEvent(EventKind.ERROR_REPORT, time.time(), message=message))
+            self.sink(ProcessEvent(ProcessEventKind.ERROR_REPORT, time.time(), message=message))
 
 
 def _env_int(*names: str, default: int = 0) -> int:
@@ -172,7 +172,7 @@ def _child_main(payload: ChildPayload, conn: Connection) -> int:
     sink = _PipeSink(conn)
     sink(
         ProcessEvent(
-            EventKind.STARTED,
+            ProcessEventKind.STARTED,
             time.time(),
             message=f"pid {os.getpid()}, torch preloaded: {'torch' in sys.modules}",
         )
@@ -213,13 +213,13 @@ def _run_child(payload: ChildPayload, sink: _PipeSink) -> int:
         code = _exit_code(exc)
         if code:
             text = failure_text(f"exited with code {exc.code!r}\n{traceback.format_exc()}")
-            sink(ProcessEvent(EventKind.FAILURE, time.time(), message=text, exit_code=code))
+            sink(ProcessEvent(ProcessEventKind.FAILURE, time.time(), message=text, exit_code=code))
         return code
     except BaseException:
         text = traceback.format_exc()
         with contextlib.suppress(Exception):
             sys.stderr.write(text)
-        sink(ProcessEvent(EventKind.FAILURE, time.time(), message=failure_text(text), exit_code=1))
+        sink(ProcessEvent(ProcessEventKind.FAILURE, time.time(), message=failure_text(text), exit_code=1))
         return 1
     return 0
 

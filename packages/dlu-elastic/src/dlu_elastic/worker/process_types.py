@@ -19,7 +19,7 @@ DEVICE_ENV = "DLU_DEVICE"
 PASSED_FDS_ENV = "DLU_PASSED_FDS"  # `ProcessSpec.pass_fds` as the process numbers them
 
 
-class EventKind(StrEnum):
+class ProcessEventKind(StrEnum):
     STARTED = "started"  # the child runs; message: its pid and whether torch was preloaded
     HEARTBEAT = "heartbeat"  # dlu_prime.runtime.heartbeat(step, metric) in training code
     ERROR_REPORT = "error_report"  # dlu_prime.runtime.report_error(message)
@@ -30,7 +30,7 @@ class EventKind(StrEnum):
 class ProcessEvent:
     """One message from a training process, timestamped in the child."""
 
-    kind: EventKind
+    kind: ProcessEventKind
     time: float
     step: int | None = None
     metric: float | None = None

@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState, role_size
-from dlu_prime.master.tiers import TABLE, totals
+from dlu_prime.master.tiers import CHARGED, totals
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +60,11 @@ FAILOVER_BOUNDARIES_S: tuple[float, ...] = (
 """Histogram buckets around DESIGN section 9's recovery budgets (1.5 s in place, 4 s role)."""
 
 TIER_COUNTS: dict[str, Callable[[JobState], int]] = {
-    budget.value: lambda s, b=budget.value: totals(s)[b] for budget in TABLE
+    budget.value: lambda s, b=budget.value: totals(s)[b] for budget in CHARGED.values()
 }
-"""Restarts per failover tier, read from the tier table's counters (`tiers.TABLE`)."""
+"""Restarts per failover tier, read from the counters the tiers charge (`tiers.CHARGED`): one
+restart is one increment of one series. The global budget is spent by every job-level restart
+(already `job`), so it is no tier of its own here (`dlu status` shows it)."""
 
 
 @dataclass(frozen=True)
