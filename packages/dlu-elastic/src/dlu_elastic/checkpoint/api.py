@@ -129,7 +129,8 @@ class FlashCheckpointer:
             check_same_layout(self._layout, entries)
         if self._shared is None:  # once per process: the layout cannot change after the first save
             saved_none = self._gather(state is None, world)
-            self._shared = world > 1 and all(saved_none[1:]) and not saved_none[0]
+            # shared: rank 0's state is the whole state (a DDP job, or a world of one)
+            self._shared = not saved_none[0] and all(saved_none[1:])
         meta = dumps_meta(skeleton, entries, {"empty": state is None, "shared": self._shared})
         if self._fresh:
             self._forget_old_slots(rank, world)

@@ -33,6 +33,7 @@ FOLDER_ENV = "DLU_CHECKPOINT_SHM"
 # Where the folders go (tests point it elsewhere); /dev/shm is memory on Linux.
 ROOT_ENV = "DLU_CHECKPOINT_SHM_ROOT"
 PREFIX = "dlu-ckpt."
+GONE = ".gone."  # a folder being removed: renamed to `.gone.<remover pid>.<name>` first
 PERSIST_DIR_ENV = "DLU_CHECKPOINT_PERSIST_DIR"
 # Rank 0's load() leaves what it restored here, in its agent's folder; the agent reports it
 # (an event with the step, the source and the steps lost; the lost-steps metric).
@@ -86,8 +87,14 @@ def sweep_stale(where: Path | None = None) -> list[Path]:
     removed: list[Path] = []
     try:
         candidates = [p for p in base.iterdir() if p.name.startswith(PREFIX)]
+        doomed = [p for p in base.iterdir() if p.name.startswith(GONE)]
     except FileNotFoundError:
         return removed
+    for folder in doomed:  # a removal cut short (its remover died): finish it
+        pid = folder.name.removeprefix(GONE).split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
     for folder in candidates:
         pid = owner_pid(folder)
         if pid is None or _alive(pid) or _kept_by_reaper(folder):
@@ -116,7 +123,7 @@ def _kept_by_reaper(folder: Path) -> bool:
 def _remove_whole(folder: Path) -> bool:
     """Remove `folder` unless someone renamed it first (an adopter): renamed away, then removed,
     so an adopter never takes a folder half removed. Returns whether this call removed it."""
-    doomed = folder.with_name(f".gone.{os.getpid()}.{folder.name}")
+    doomed = folder.with_name(f"{GONE}{os.getpid()}.{folder.name}")
     try:
         os.rename(folder, doomed)
     except OSError:
