@@ -36,11 +36,13 @@ class AgentCheckpoints:
         rank: int = 0,
         buddy: str | None = None,
         run: str = "",
+        node: str = "",
     ) -> None:
         """`buddy`: the actor name of the agent that keeps this rank's replica (None: none);
-        `run`: the job's run id (a folder or replica of another run is never taken)."""
+        `run`: the job's run id (a folder or replica of another run is never taken); `node`:
+        the Ray node it runs on (a folder is adopted on the same node only)."""
         self.job, self.role, self.actor, self.run = job, role, actor, run
-        self.folder: Path | None = shm.create(job, actor, run)
+        self.folder: Path | None = shm.create(job, actor, run, node)
         self._reaper: int | None = shm.start_reaper(self.folder)
         self._stop = threading.Event()
         self._report_lock = threading.Lock()
@@ -62,11 +64,14 @@ class AgentCheckpoints:
     @classmethod
     def of_worker(cls, info: Any, settings: CheckpointSettings | None) -> AgentCheckpoints:
         """The checkpoints of the worker `info` describes (a WorkerInfo), its buddy found."""
+        import ray
+
         from dlu_prime.naming import actor_name
 
         buddy = replica.buddy_rank(info.rank, info.world_size, info.local_world_size)
         name = None if buddy is None else actor_name(info.job, info.role, buddy)
-        return cls(info.job, info.role, info.actor_name, settings, info.rank, name, info.run_id)
+        node = str(ray.get_runtime_context().get_node_id() or "")
+        return cls(info.job, info.role, info.actor_name, settings, info.rank, name, info.run_id, node)
 
     def env(self) -> dict[str, str]:
         """What the training process needs to find its slots and the durable copies."""

@@ -38,7 +38,7 @@ PERSIST_DIR_ENV = "DLU_CHECKPOINT_PERSIST_DIR"
 # Rank 0's load() leaves what it restored here, in its agent's folder; the agent reports it
 # (an event with the step, the source and the steps lost; the lost-steps metric).
 REPORT_FILE = "restored.json"
-OWNER_FILE = "owner.json"  # {job, run, actor}: whose folder it is (adoption checks it)
+OWNER_FILE = "owner.json"  # {job, run, actor, node}: whose folder it is (adoption checks it)
 TRAINER_FILE = "trainer.pid"  # the agent's current training process (adoption waits for its end)
 ADOPTED_FILE = "adopted.json"  # left by an adopting agent for the next load() to report
 LOCK_FILE = ".reaper.lock"  # a reaper holds a shared lock on it while it keeps the folder
@@ -147,16 +147,17 @@ def _trainer_pid(folder: Path) -> int | None:
         return None
 
 
-def adoptable(job: str, actor: str, run: str, where: Path | None = None) -> list[Path]:
-    """Folders of dead agents of this very job, run and actor (newest first): a role restart's
-    predecessor on this host."""
+def adoptable(job: str, actor: str, run: str, node: str = "", where: Path | None = None) -> list[Path]:
+    """Folders of dead agents of this very job, run and actor on this Ray node (newest first):
+    a role restart's predecessor. The node is part of it: a replacement on another node of the
+    same host (a test's Cluster) takes the place of a node whose memory is gone."""
     base = where or root()
     name = f".{_safe(job)}.{_safe(actor)}"
     try:
         candidates = [p for p in base.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(name)]
     except FileNotFoundError:
         return []
-    owner = {"job": job, "run": run, "actor": actor}
+    owner = {"job": job, "run": run, "actor": actor, "node": node}
     found = [
         p
         for p in candidates
@@ -174,13 +175,13 @@ def _wait_gone(pids: list[int], wait_s: float) -> bool:
     return True
 
 
-def create(job: str, actor: str, run: str = "", adopt: bool = True) -> Path:
-    """This agent's folder: its dead predecessor's (same job, run and actor), adopted, when one
-    is on this host and its processes are gone; else a new empty one."""
+def create(job: str, actor: str, run: str = "", node: str = "", adopt: bool = True) -> Path:
+    """This agent's folder: its dead predecessor's (same job, run, actor and Ray node), adopted,
+    when one is there and its processes are gone; else a new empty one."""
     sweep_stale()
     folder = root() / f"{PREFIX}{os.getpid()}.{_safe(job)}.{_safe(actor)}"
     shutil.rmtree(folder, ignore_errors=True)
-    for old in adoptable(job, actor, run) if adopt else []:
+    for old in adoptable(job, actor, run, node) if adopt else []:
         pids = [p for p in (owner_pid(old), _trainer_pid(old)) if p is not None]
         if not _wait_gone(pids, ADOPT_WAIT_S):
             logger.warning("not adopting %s: its agent or training process still runs", old)
@@ -195,7 +196,7 @@ def create(job: str, actor: str, run: str = "", adopt: bool = True) -> Path:
         logger.info("adopted the checkpoint slots of this actor's previous agent: %s", old)
         return folder
     folder.mkdir(mode=0o700, parents=True)
-    (folder / OWNER_FILE).write_text(json.dumps({"job": job, "run": run, "actor": actor}))
+    (folder / OWNER_FILE).write_text(json.dumps({"job": job, "run": run, "actor": actor, "node": node}))
     return folder
 
 
