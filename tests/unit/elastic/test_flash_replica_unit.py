@@ -40,6 +40,7 @@ def test_the_ring_of_buddies_over_nodes() -> None:
 def test_each_completed_slot_reaches_the_buddy_two_files_per_rank() -> None:
     own, buddy = shm.create("job", "trainer.0"), shm.create("job", "trainer.1")
     sent: list[int] = []
+
     def keep(slot: int, data: bytes | None) -> None:
         assert data is not None  # nothing voided here
         sent.append(replica.store(buddy, slot, data).stat().st_size)

@@ -12,13 +12,13 @@ Files of older steps of this rank are removed once a newer step is on disk for e
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from dlu_elastic.checkpoint import disk
 from dlu_elastic.checkpoint.backoff import Backoff
 from dlu_elastic.checkpoint.slot import headers, slot_path, snapshot
+from dlu_elastic.checkpoint.ticking import Ticking
 
 logger = logging.getLogger(__name__)
 
@@ -29,29 +29,25 @@ RETRY_MAX_S = 30.0
 EventSink = Callable[[str, str], None]
 
 
-class Persister:
+class Persister(Ticking):
     def __init__(
         self, folder: Path, base: Path, every: int, on_event: EventSink, tick_s: float = TICK_S
     ) -> None:
+        super().__init__("dlu-ckpt-persist", tick_s)
         self.folder = folder
         self.base = base
         self.every = every
         self.on_event = on_event
-        self.tick_s = tick_s
         self.last_written = 0
         self.backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dlu-ckpt-persist", daemon=True)
 
     def start(self) -> Persister:
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop after one last look (the final due step is written if the disk takes it)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self.end_thread(timeout)
         self.backoff.retry_now()
         try:
             self.tick()
@@ -63,12 +59,8 @@ class Persister:
         """Failed writes in all (each also retried)."""
         return self.backoff.failures
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            try:
-                self.tick()
-            except Exception:  # never let a surprise end the agent's durable copies
-                logger.exception("checkpoint persister tick failed")
+    def on_error(self, exc: Exception) -> None:  # never let a surprise end the durable copies
+        logger.exception("checkpoint persister tick failed", exc_info=exc)
 
     def due(self) -> int | None:
         """The slot holding the step to write now, if any."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from dlu_elastic.checkpoint.slot import (
     slot_path,
     snapshot,
 )
+from dlu_elastic.checkpoint.ticking import Ticking
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def read(folder: Path, name: str) -> bytes:
 VOID = -1  # `Replicator.sent` of a slot whose replica was discarded (the slot holds no step)
 
 
-class Replicator:
+class Replicator(Ticking):
     """The agent's thread that copies each newly completed slot of its rank to the buddy.
 
     No queue: one copy in flight at most, and each tick takes the slots as they are then, the
@@ -129,37 +129,29 @@ class Replicator:
         on_event: EventSink,
         tick_s: float = TICK_S,
     ) -> None:
+        super().__init__("dlu-ckpt-replica", tick_s)
         self.folder = folder
         self.rank = rank
         self.send = send  # hands (slot, copy or None: discard it) to the buddy agent; raises when it cannot
         self.on_event = on_event
-        self.tick_s = tick_s
         self.sent: dict[int, int] = {}  # slot -> seq of the copy the buddy has (VOID: discarded)
         self.copies = 0
         self.skipped = 0  # slots rewritten before their copy was taken (a newer step went instead)
         self.backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dlu-ckpt-replica", daemon=True)
 
     @property
     def failures(self) -> int:
         return self.backoff.failures
 
     def start(self) -> Replicator:
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self.end_thread(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            try:
-                self.tick()
-            except Exception as exc:  # never let a surprise end the replicas
-                self._failed(exc)
+    def on_error(self, exc: Exception) -> None:  # never let a surprise end the replicas
+        self._failed(exc)
 
     def due(self) -> tuple[list[int], list[int]]:
         """(slots to send, newest step first; slots whose replica to discard: voided by a
