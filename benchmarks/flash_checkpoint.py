@@ -127,8 +127,11 @@ def replica_restore(folder: Path, mib: int) -> tuple[float, float]:
     buddy = shm.create("bench", f"flash-{mib}-buddy")
     try:
 
-        def keep(slot: int, data: bytes) -> None:
-            replica.store(buddy, slot, data)
+        def keep(slot: int, data: bytes | None) -> None:
+            if data is None:
+                replica.discard(buddy, 0, slot)
+            else:
+                replica.store(buddy, slot, data)
 
         copy_s = timed(lambda: replica.Replicator(folder, 0, keep, lambda k, m: None).tick(), 1)
         return copy_s, timed(lambda: FlashCheckpointer(buddy).load(), 1)

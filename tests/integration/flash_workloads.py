@@ -5,7 +5,9 @@ in lock step, as DDP does), saves it with dlu_elastic.checkpoint after every ste
 per rank: each saved step's checksum, and per process start what load() returned. The test
 compares the checksum of the restored state with the one recorded when that step was saved.
 Knobs (environment): OUT_DIR, STEPS, KILL_AFTER_SAVE ("step:rank": SIGKILL after that save,
-first round only), and dlu_elastic's DLU_FAULT_CHECKPOINT_KILL_MID_SAVE.
+first round only), SHARED=1 (a DDP job: every rank trains the same state, rank 0 saves it and
+the others save None), OUT_DIR/finish (every rank stops after the step that sees it), and
+dlu_elastic's DLU_FAULT_CHECKPOINT_KILL_MID_SAVE.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def train() -> None:
     out = Path(os.environ["OUT_DIR"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     steps = int(os.environ.get("STEPS", "12"))
+    shared = os.environ.get("SHARED") == "1"
     restored = checkpoint.load(missing_ok=True)
-    state = restored.state if restored is not None else _fresh(rank)
+    state = restored.state if restored is not None else _fresh(0 if shared else rank)
     start = restored.step if restored is not None else 0
     record = {
         "attempt": attempt,
@@ -71,6 +74,8 @@ def train() -> None:
         "source": restored.source if restored is not None else None,
         "checksum": checksum(state) if restored is not None else None,
     }
+    if shared:
+        record["world"] = dist.get_world_size()
     with open(out / f"starts-r{rank}.jsonl", "a") as starts:  # one line per process start
         starts.write(json.dumps(record) + "\n")
     kill = os.environ.get("KILL_AFTER_SAVE")
@@ -78,12 +83,17 @@ def train() -> None:
     for step in range(start + 1, steps + 1):
         _advance(state, step)
         lockstep = torch.ones(1)
+        lockstep[0] = float((out / "finish").exists())
         dist.all_reduce(lockstep)
-        checkpoint.save(step, state)
+        checkpoint.save(step, None if shared and rank != 0 else state)
         sums = out / f"sum-r{rank}-s{step}.txt"
         if not sums.exists():
             sums.write_text(checksum(state))
         if attempt == 0 and (step, rank) == (kill_step, kill_rank):
             os.kill(os.getpid(), signal.SIGKILL)
+        if lockstep[0] > 0:
+            break
         time.sleep(float(os.environ.get("STEP_SLEEP_S", "0")))
-    (out / f"done-r{rank}.json").write_text(json.dumps({"step": steps, "checksum": checksum(state)}))
+    (out / f"done-r{rank}.json").write_text(
+        json.dumps({"step": state["meta"]["step"], "checksum": checksum(state)})
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,10 @@ HERE = Path(__file__).parent
 SHM = Path("/dev/shm")
 
 
-def flash_job(name: str, env: dict[str, str], nnodes: int = 2, **elastic: Any) -> Any:
+def flash_job(
+    name: str, env: dict[str, str], nnodes: int = 2, sizes: str | None = None, **elastic: Any
+) -> Any:
+    """The flash workload's job; `sizes` ("1:2"): the elastic role's nnodes range (a resize)."""
     return spec_from_dict(
         {
             "name": name,
@@ -39,7 +43,7 @@ def flash_job(name: str, env: dict[str, str], nnodes: int = 2, **elastic: Any) -
                     "resources": {"cpu": 0.25},
                     "env": env,
                     "elastic": {
-                        "nnodes": nnodes,
+                        "nnodes": sizes or nnodes,
                         "nproc_per_node": 1,
                         "node_check": {"enabled": False},
                         **elastic,
@@ -116,10 +120,12 @@ def test_fresh_run_finds_nothing_committed(ray_session: Any, tmp_path: Path) -> 
     assert not leftovers("flash-fresh")
 
 
-def kill_agent_mid_run(name: str, out: Path, env: dict[str, str], **elastic: Any) -> JobStatus:
+def kill_agent_mid_run(
+    name: str, out: Path, env: dict[str, str], memory_lost: bool = False, **elastic: Any
+) -> JobStatus:
     """Run the job; once rank 1 saved step 8, SIGKILL its agent (the ElasticWorker actor) and
-    its training process, as when the host's processes die (its shared memory stays: the
-    replacement agent must not trust it)."""
+    its training process: a role restart, whose new agent adopts the dead one's folder on the
+    same host. `memory_lost`: that folder is removed first (the host's shared memory lost)."""
     import ray
 
     from dlu_prime.naming import NAMESPACE
@@ -134,27 +140,57 @@ def kill_agent_mid_run(name: str, out: Path, env: dict[str, str], **elastic: Any
         agent = ray.get_actor(f"{name}.trainer.1", namespace=NAMESPACE)
         status = dict(ray.get(agent.status.remote(), timeout=30))
         trainer = int(status["process_pid"])
+        if memory_lost:
+            for folder in SHM.glob(f"dlu-ckpt.*.{name}.{name}.trainer.1"):
+                shutil.rmtree(folder)
         ray.kill(agent, no_restart=True)
         os.kill(trainer, signal.SIGKILL)
         return job.result(timeout=240)
 
 
-def test_agent_killed_resumes_from_the_persisted_step(ray_session: Any, tmp_path: Path) -> None:
+def test_agent_killed_with_its_memory_resumes_from_the_persisted_step(
+    ray_session: Any, tmp_path: Path
+) -> None:
     durable = tmp_path / "durable"
     status = kill_agent_mid_run(
-        "flash-agent-disk", tmp_path, {}, checkpoint={"persist_every": 2, "dir": str(durable)}
+        "flash-agent-disk", tmp_path, {}, True, checkpoint={"persist_every": 2, "dir": str(durable)}
     )
     assert status.exit_code == 0, status.reason
     step = assert_resumed(tmp_path, None, "disk")  # the agent's memory went with it
     assert step >= 2 and step % 2 == 0
+    restored = [e.message for e in status.events if e.kind == "checkpoint_restored"]
+    assert restored == [
+        f"resumed step {step} from disk (rank 1 had no step in memory or in a buddy's replica); "
+        f"steps lost: {restored[0].rsplit(' ', 1)[-1]}"
+    ], restored
     assert not leftovers("flash-agent-disk")
 
 
-def test_agent_killed_without_persistence_starts_afresh(ray_session: Any, tmp_path: Path) -> None:
-    status = kill_agent_mid_run("flash-agent-none", tmp_path, {})
+def test_agent_killed_with_its_memory_and_no_persistence_starts_afresh_and_says_so(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    status = kill_agent_mid_run("flash-agent-none", tmp_path, {}, True)
     assert status.exit_code == 0, status.reason
     assert_resumed(tmp_path, 0, None)  # load(missing_ok=True) said: nothing committed anywhere
+    restored = [e.message for e in status.events if e.kind == "checkpoint_restored"]
+    assert len(restored) == 1 and restored[0].startswith(
+        "resumed step 0 from nothing (rank 1 had no step in memory or in a buddy's replica; none on disk)"
+    ), restored
     assert not leftovers("flash-agent-none")
+
+
+def test_role_restart_adopts_the_dead_agents_slots_and_resumes_from_memory(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    status = kill_agent_mid_run("flash-agent-adopt", tmp_path, {})
+    assert status.exit_code == 0, status.reason
+    step = assert_resumed(tmp_path, None, "memory")  # the new agent took over the dead one's folder
+    assert step >= 8, step  # rank 1 had saved step 8 when its agent was killed
+    restored = [e.message for e in status.events if e.kind == "checkpoint_restored"]
+    said = f"resumed step {step} from memory (rank 1: slots adopted from the agent it replaced); steps lost: "
+    assert len(restored) == 1 and restored[0].startswith(said), restored
+    assert int(restored[0].removeprefix(said)) <= 1, restored  # at most the save under way when killed
+    assert not leftovers("flash-agent-adopt")
 
 
 def test_a_persist_folder_that_cannot_be_written_is_an_event_never_a_crash(

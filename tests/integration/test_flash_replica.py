@@ -1,11 +1,12 @@
-"""Flash checkpoint replicas on a buddy node's agent: a rank whose agent is SIGKILLed (its
-shared memory gone with it, as when its node is lost) resumes the committed step from the copy
+"""Flash checkpoint replicas on a buddy node's agent: a rank whose agent is SIGKILLed, its
+shared memory removed first (as when its node is lost; else its replacement adopts it), resumes the committed step from the copy
 its buddy agent keeps, with the very tensors saved (checksums); two replica files per buddied
 rank (its slots, mirrored); nothing left in /dev/shm when the job ends."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,9 @@ def replicas_of(job: str) -> list[Path]:
 
 
 def kill_agent(name: str, out: Path, **checkpoint: Any) -> tuple[JobStatus, list[str]]:
-    """Run the job; once rank 1 saved step 8 and each rank's buddy keeps its slots, SIGKILL rank 1's agent and training process. Returns the status and the replica files
-    seen just before the kill."""
+    """Run the job; once rank 1 saved step 8 and each rank's buddy keeps its slots, remove rank
+    1's shared-memory folder and SIGKILL its agent and training process. Returns the status and
+    the replica files seen just before the kill."""
     import ray
 
     from dlu_prime.naming import NAMESPACE
@@ -45,6 +47,8 @@ def kill_agent(name: str, out: Path, **checkpoint: Any) -> tuple[JobStatus, list
         agent = ray.get_actor(f"{name}.trainer.1", namespace=NAMESPACE)
         status = dict(ray.get(agent.status.remote(), timeout=30))
         trainer = int(status["process_pid"])
+        for folder in SHM.glob(f"dlu-ckpt.*.{name}.{name}.trainer.1"):
+            shutil.rmtree(folder)  # its memory is lost with it
         ray.kill(agent, no_restart=True)
         os.kill(trainer, signal.SIGKILL)
         return job.result(timeout=240), seen

@@ -40,9 +40,12 @@ def test_the_ring_of_buddies_over_nodes() -> None:
 def test_each_completed_slot_reaches_the_buddy_two_files_per_rank() -> None:
     own, buddy = shm.create("job", "trainer.0"), shm.create("job", "trainer.1")
     sent: list[int] = []
-    rep = replica.Replicator(
-        own, 0, lambda slot, data: sent.append(replica.store(buddy, slot, data).stat().st_size), print
-    )
+
+    def keep(slot: int, data: bytes | None) -> None:
+        assert data is not None  # nothing voided here
+        sent.append(replica.store(buddy, slot, data).stat().st_size)
+
+    rep = replica.Replicator(own, 0, keep, print)
     ckpt = FlashCheckpointer(own)
     for step in range(1, 6):
         ckpt.save(step, state(step))
@@ -59,7 +62,8 @@ def test_load_takes_the_replica_when_the_own_slots_are_gone() -> None:
     own = shm.create("job", "trainer.0")
     ckpt = FlashCheckpointer(own)
 
-    def keep(slot: int, data: bytes) -> None:
+    def keep(slot: int, data: bytes | None) -> None:
+        assert data is not None
         replica.store(own, slot, data)  # the holder is this very folder (a world of one)
 
     rep = replica.Replicator(own, 0, keep, print)
@@ -78,7 +82,7 @@ def test_a_failing_buddy_is_an_event_once_then_retried_never_a_crash() -> None:
     events: list[str] = []
     broken = [True]
 
-    def send(slot: int, data: bytes) -> None:
+    def send(slot: int, data: bytes | None) -> None:
         if broken[0]:
             raise ConnectionError("the buddy agent is gone")
 

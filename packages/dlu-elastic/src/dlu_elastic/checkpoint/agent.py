@@ -1,7 +1,8 @@
 """The rank agent's side of flash checkpoints (held by the ElasticWorker actor).
 
-It owns the rank's shared-memory folder (created at setup, removed at stop, reaped if the
-agent dies), runs the persister when the spec asks for durable copies, tells the training
+It owns the rank's shared-memory folder (created at setup, or adopted from the dead agent it
+replaces on the same host; removed at stop, kept for an adopter then reaped if the agent dies),
+runs the persister when the spec asks for durable copies, tells the training
 process where both are (`env`), and relays what the process's load() restored (rank 0's
 report file) to the PrimeMaster: a `checkpoint_restored` event and the lost-steps metric.
 """
@@ -34,10 +35,14 @@ class AgentCheckpoints:
         settings: CheckpointSettings | None,
         rank: int = 0,
         buddy: str | None = None,
+        run: str = "",
+        node: str = "",
     ) -> None:
-        """`buddy`: the actor name of the agent that keeps this rank's replica (None: none)."""
-        self.job, self.role, self.actor = job, role, actor
-        self.folder: Path | None = shm.create(job, actor)
+        """`buddy`: the actor name of the agent that keeps this rank's replica (None: none);
+        `run`: the job's run id (a folder or replica of another run is never taken); `node`:
+        the Ray node it runs on (a folder is adopted on the same node only)."""
+        self.job, self.role, self.actor, self.run = job, role, actor, run
+        self.folder: Path | None = shm.create(job, actor, run, node)
         self._reaper: int | None = shm.start_reaper(self.folder)
         self._stop = threading.Event()
         self._report_lock = threading.Lock()
@@ -49,7 +54,7 @@ class AgentCheckpoints:
         )
         self.replicator = (
             replica.Replicator(
-                self.folder, rank, lambda slot, data: self._send(buddy, slot, data), self.record_event
+                self.folder, rank, lambda slot, data: self._send(buddy, rank, slot, data), self.record_event
             ).start()
             if settings is not None and settings.replicas > 0 and buddy is not None
             else None
@@ -59,11 +64,14 @@ class AgentCheckpoints:
     @classmethod
     def of_worker(cls, info: Any, settings: CheckpointSettings | None) -> AgentCheckpoints:
         """The checkpoints of the worker `info` describes (a WorkerInfo), its buddy found."""
+        import ray
+
         from dlu_prime.naming import actor_name
 
         buddy = replica.buddy_rank(info.rank, info.world_size, info.local_world_size)
         name = None if buddy is None else actor_name(info.job, info.role, buddy)
-        return cls(info.job, info.role, info.actor_name, settings, info.rank, name)
+        node = str(ray.get_runtime_context().get_node_id() or "")
+        return cls(info.job, info.role, info.actor_name, settings, info.rank, name, info.run_id, node)
 
     def env(self) -> dict[str, str]:
         """What the training process needs to find its slots and the durable copies."""
@@ -87,17 +95,29 @@ class AgentCheckpoints:
 
         return ray.get_actor(name, namespace=NAMESPACE)
 
-    def _send(self, buddy: str, slot: int, data: bytes) -> None:
+    def training_process(self, pid: int) -> None:
+        """The agent started a training process: an adopter of this folder waits for its end."""
+        if self.folder is not None:
+            shm.note_trainer(self.folder, pid)
+
+    def _send(self, buddy: str, rank: int, slot: int, data: bytes | None) -> None:
         import ray
 
-        ray.get(self._actor(buddy).receive_replica.remote(slot, data), timeout=replica.CALL_TIMEOUT_S)
+        call = self._actor(buddy).receive_replica.remote(self.run, rank, slot, data)
+        ray.get(call, timeout=replica.CALL_TIMEOUT_S)
 
-    def receive_replica(self, slot: int, data: bytes) -> None:
-        """Keep a copy of a buddied rank's slot (two files per rank, in this agent's folder)."""
+    def receive_replica(self, run: str, rank: int, slot: int, data: bytes | None) -> None:
+        """Keep a copy of a buddied rank's slot (two files per rank, in this agent's folder);
+        `data` None: that slot holds no step any more (its process started afresh)."""
         folder = self.folder
         if folder is None:
             raise RuntimeError(f"{self.actor} has stopped: no replica kept")
-        replica.store(folder, slot, data)
+        if run != self.run:
+            raise ValueError(f"a replica of run {run[:8]!r} sent to an agent of run {self.run[:8]!r}")
+        if data is None:
+            replica.discard(folder, rank, slot)
+        else:
+            replica.store(folder, slot, data)
 
     def record_event(self, kind: str, message: str) -> None:
         """An event in the job's timeline, through the PrimeMaster (best effort: it may be away)."""
@@ -145,4 +165,4 @@ class AgentCheckpoints:
             shm.remove(folder)
         reaper, self._reaper = self._reaper, None
         if reaper is not None:
-            os.close(reaper)
+            shm.end_reaper(reaper)

@@ -8,7 +8,9 @@ next save, from a counter in the round's TCPStore (each rank adds 1 after its co
 is committed when the counter equals the world size); until then it keeps overwriting the same
 in-flight slot. `load()` gathers every rank's complete steps (one all_gather) and restores the
 largest step they share, so every rank resumes the same step; with none in memory it reads the
-newest step every rank persisted to disk (see disk.py), and otherwise says so.
+newest step every rank persisted to disk (see disk.py), and otherwise says so. After a resize
+(no step of the new world size anywhere) it restores the old world's newest committed step when
+the state is a plain DDP one (resize_load.py), and says why not otherwise.
 """
 
 from __future__ import annotations
@@ -24,20 +26,27 @@ from typing import Any
 
 import torch
 
-from dlu_elastic.checkpoint import disk, replica_load, shm
+from dlu_elastic.checkpoint import disk, replica, replica_load, resize_load, shm
+from dlu_elastic.checkpoint.broadcast import broadcast_state
 from dlu_elastic.checkpoint.layout import (
     CheckpointError,
     TensorEntry,
     check_same_layout,
-    dtype_of,
     dumps_meta,
-    fill,
     rebuild,
     split,
     table,
 )
-from dlu_elastic.checkpoint.shm import PERSIST_DIR_ENV, REPORT_FILE
-from dlu_elastic.checkpoint.slot import PAYLOAD_OFFSET, SLOTS, SlotWriter, Snapshot, read_with, slot_path
+from dlu_elastic.checkpoint.shm import ADOPTED_FILE, PERSIST_DIR_ENV, REPORT_FILE
+from dlu_elastic.checkpoint.slot import (
+    PAYLOAD_OFFSET,
+    SLOTS,
+    SlotWriter,
+    Snapshot,
+    read_meta,
+    read_with,
+    slot_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +69,7 @@ class Restored:
     source: str  # "memory", "replica" (a buddy agent's copy) or "disk"
     where: str
     lost_steps: int | None = None  # the newest step any rank had reached minus `step` (None: unknown)
+    why: str = ""  # how memory served it, or why it did not (a resize, a rank with no copy)
 
 
 def _rank_world() -> tuple[int, int]:
@@ -101,6 +111,7 @@ class FlashCheckpointer:
         self._inflight: tuple[int, int] | None = None  # (slot, step) saved, not known committed
         self._fresh = True  # no save or load yet in this process
         self._calls = 0  # gathers so far (every rank makes the same ones)
+        self._shared: bool | None = None  # every rank but 0 saves None (a DDP job): see save
         self._cuda: Any = None  # a CudaCopier once a save met a CUDA tensor
 
     # save ---------------------------------------------------------------------------------------
@@ -116,7 +127,11 @@ class FlashCheckpointer:
         entries, payload_len = table(tensors)
         if self._layout is not None:
             check_same_layout(self._layout, entries)
-        meta = dumps_meta(skeleton, entries, {"empty": state is None})
+        if self._shared is None:  # once per process: the layout cannot change after the first save
+            saved_none = self._gather(state is None, world)
+            # shared: rank 0's state is the whole state (a DDP job, or a world of one)
+            self._shared = not saved_none[0] and all(saved_none[1:])
+        meta = dumps_meta(skeleton, entries, {"empty": state is None, "shared": self._shared})
         if self._fresh:
             self._forget_old_slots(rank, world)
         self._learn_commit(world)
@@ -207,43 +222,101 @@ class FlashCheckpointer:
         rank, world = _rank_world()
         own = self.own_steps()
         mine = {step: (h.rank, h.world) for step, slot in own.items() if (h := self._writers[slot].header())}
-        everyone = self._gather((rank, mine, self._reached(), replica_load.held(self.folder)), world)
+        held = replica_load.held(self.folder)
+        news = (rank, mine, self._reached(), held, self._other_worlds(rank, world, held), self._adopted())
+        everyone = self._gather(news, world)
         reached = max((e[2] for e in everyone if e[2] is not None), default=None)
         self._fresh = False
-        found = replica_load.plan(everyone, world)
+        kept = [f"rank {e[0]}" for e in everyone if e[5]]
+        note = f"{', '.join(kept)}: slots adopted from the agent it replaced" if kept else ""
+        found = replica_load.plan([e[:4] for e in everyone], world)
         if found is not None:
             step, sources = found
             received = replica_load.exchange(self.folder, rank, sources) if sources else None
             overall = "replica" if sources else "memory"
             if received is not None:  # this rank's agent lost its slots: a buddy's copy
-                for writer in self._writers:
-                    if writer.map is not None:
-                        writer.begin(rank, world)
+                self._void()
                 state = self._share_empty(_unpack(*received), world)
                 where = f"rank {sources[rank].holder}'s agent"
-                return self._report(Restored(step, state, "replica", where), reached, overall)
+                return self._report(Restored(step, state, "replica", where, why=note), reached, overall)
             slot = own[step]
             read = read_with(slot_path(self.folder, slot), lambda _h, meta, payload: _unpack(meta, payload))
             if read is None:
                 raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
             self._committed, self._inflight = (slot, step), None
             state = self._share_empty(read, world)
-            restored = Restored(step, state, "memory", str(slot_path(self.folder, slot)))
+            restored = Restored(step, state, "memory", str(slot_path(self.folder, slot)), why=note)
             return self._report(restored, reached, overall)
+        resized = resize_load.plan([c for e in everyone for c in e[4]], world)
+        if isinstance(resized, resize_load.Plan):
+            return self._report(self._from_old_world(rank, world, resized), reached)
+        why = resized if isinstance(resized, str) else replica_load.why_none([e[:4] for e in everyone], world)
         restored = self._from_disk(rank, world)
         if restored is not None:
-            restored = self._report(restored, reached)
-            for writer in self._writers:  # memory holds nothing all ranks share: start over
-                if writer.map is not None:
-                    writer.begin(rank, world)
-            return restored
+            self._void()  # memory holds nothing all ranks share: start over
+            return self._report(replace(restored, why=restored.why or why), reached)
+        if reached is not None or resized is not None:  # memory had steps: say why none served
+            self._report(Restored(0, None, "nothing", "", why=f"{why}; none on disk"), reached)
         if missing_ok:
             return None
-        seen = ", ".join(f"rank {r}: {sorted(m) or 'none'}" for r, m, _, _ in everyone)
+        seen = ", ".join(f"rank {e[0]}: {sorted(e[1]) or 'none'}" for e in everyone)
         raise NoCheckpoint(
             f"no step is committed by all {world} ranks (steps in memory: {seen}; disk: "
             f"{self.persist_dir or 'not configured'}): start from scratch, or load(missing_ok=True)"
         )
+
+    def _void(self) -> None:
+        """Both slots hold no step any more (the state came from elsewhere)."""
+        rank, world = _rank_world()
+        for writer in self._writers:
+            if writer.map is not None:
+                writer.begin(rank, world)
+
+    def _adopted(self) -> bool:
+        """Whether this rank's agent adopted its slots from the agent it replaced (told once)."""
+        note = self.folder / ADOPTED_FILE
+        if not note.exists():
+            return False
+        note.unlink(missing_ok=True)
+        return True
+
+    def _other_worlds(self, rank: int, world: int, held: replica_load.Held) -> list[resize_load.Copy]:
+        """The complete slots and replicas this rank's agent keeps of another world size."""
+        found: list[resize_load.Copy] = []
+        names = [slot_path(self.folder, i).name for i in range(SLOTS)]
+        names += [n for n, (_, w, _, _, _) in held.items() if w != world]
+        for name in names:
+            read = read_meta(self.folder / name)
+            if read is None or read[0].world == world:
+                continue
+            header, meta = read
+            shared = bool(pickle.loads(meta).get("shared"))
+            found.append(resize_load.Copy(rank, header.rank, header.world, header.step, shared, name))
+        return found
+
+    def _from_old_world(self, rank: int, world: int, plan: resize_load.Plan) -> Restored:
+        """Old rank 0's state of `plan.step`, read by the rank whose agent keeps it, for all."""
+        src = plan.source
+        value: Any = None
+        if rank == src.holder:
+            path = self.folder / src.name
+            if src.name.startswith("slot-"):
+                read = read_with(path, lambda _h, meta, payload: _unpack(meta, payload))
+            else:
+                data = replica.read(self.folder, src.name)
+                header = read_meta(path)
+                meta_len = header[0].meta_len if header is not None else 0
+                read = _unpack(data[:meta_len], memoryview(data)[meta_len:])
+            if read is None:
+                raise CheckpointError(f"{path} changed while it was read")
+            value = read[1]
+        state = (
+            broadcast_state(value, src.holder, lambda mine: self._gather(mine, world)) if world > 1 else value
+        )
+        self._void()  # the old world's slots: this world saves afresh
+        why = f"resized from {plan.old_world} to {world} ranks: old rank 0's state for every rank"
+        where = f"rank {src.holder}'s agent ({src.name})"
+        return Restored(plan.step, state, "memory", where, why=why)
 
     def _reached(self) -> int | None:
         """The newest step this rank's slots name (complete, or a save under way when it died)."""
@@ -256,7 +329,9 @@ class FlashCheckpointer:
         lost = None if reached is None else max(0, reached - restored.step)
         restored = replace(restored, lost_steps=lost)
         if _rank_world()[0] == 0:
-            report = {"step": restored.step, "source": overall or restored.source, "lost_steps": lost}
+            source = overall or restored.source
+            source = f"{source} ({restored.why})" if restored.why else source
+            report = {"step": restored.step, "source": source, "lost_steps": lost}
             tmp = self.folder / f".{REPORT_FILE}.tmp"
             tmp.write_text(json.dumps(report))
             tmp.replace(self.folder / REPORT_FILE)
@@ -265,28 +340,42 @@ class FlashCheckpointer:
     def _from_disk(self, rank: int, world: int) -> Restored | None:
         """The newest step on disk that every rank sees complete (the ranks agree first, so
         none resumes alone from another step); None when there is none or it cannot be read."""
-        step = self._disk_step(world)
-        agreed = set(self._gather(step, world))
+        step, of_world = self._disk_step(world)
+        agreed = set(self._gather((step, of_world), world))
         if len(agreed) != 1 or step is None or self.persist_dir is None:
             return None
+        read_rank = rank if of_world == world else 0  # another world: its rank 0's (shared) state
         try:
-            snap = disk.read(self.persist_dir, step, rank, world)
+            snap = disk.read(self.persist_dir, step, read_rank, of_world)
         except OSError as exc:
             raise CheckpointError(
                 f"step {step} is complete in {self.persist_dir} but rank {rank} cannot read its file: {exc}"
             ) from exc
-        state = self._share_empty(_state_of(snap), world)
-        return Restored(step, state, "disk", str(disk.step_folder(self.persist_dir, step)))
+        where = str(disk.step_folder(self.persist_dir, step))
+        if of_world != world:
+            why = f"resized from {of_world} to {world} ranks: old rank 0's state for every rank"
+            return Restored(step, _state_of(snap)[1], "disk", where, why=why)
+        return Restored(step, self._share_empty(_state_of(snap), world), "disk", where)
 
-    def _disk_step(self, world: int) -> int | None:
+    def _disk_step(self, world: int) -> tuple[int | None, int]:
+        """The newest step on disk at this world size; else (after a resize) the newest one of
+        another world whose rank 0 saved a shared (DDP) state: (step or None, its world)."""
         if self.persist_dir is None:
-            return None
+            return None, world
         try:
-            steps = [s for s, w in disk.complete_steps(self.persist_dir).items() if w == world]
+            complete = disk.complete_steps(self.persist_dir)
         except OSError as exc:  # an unreadable folder is no checkpoint, never a crash of training
             logger.warning("cannot list the persisted checkpoints in %s: %s", self.persist_dir, exc)
-            return None
-        return max(steps, default=None)
+            return None, world
+        same = [s for s, w in complete.items() if w == world]
+        if same:
+            return max(same), world
+        for step, of_world in sorted(complete.items(), reverse=True):
+            path = disk.step_folder(self.persist_dir, step) / disk.file_name(0, of_world)
+            read = read_meta(path)
+            if read is not None and pickle.loads(read[1]).get("shared"):
+                return step, of_world
+        return None, world
 
     def _gather(self, mine: Any, world: int) -> list[Any]:
         """Every rank's `mine`, through the round's TCPStore (no numpy: not *_object)."""
@@ -306,23 +395,8 @@ class FlashCheckpointer:
         empty, value = state
         if world == 1 or not any(self._gather(empty, world)):
             return value
-        import torch.distributed as dist
-
-        rank = dist.get_rank()
-        skeleton, tensors = split(value) if rank == 0 else (None, [])
-        entries = table(tensors)[0] if rank == 0 else None
-        skeleton, entries = self._gather((skeleton, entries), world)[0]
-        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        out: list[torch.Tensor] = []
-        for index, entry in enumerate(entries):
-            if rank == 0:
-                buf = tensors[index][1].detach().reshape(-1).view(torch.uint8).to(device)
-            else:
-                buf = torch.empty(entry.nbytes, dtype=torch.uint8, device=device)
-            if entry.nbytes:
-                dist.broadcast(buf, src=0)
-            out.append(buf.cpu().view(dtype_of(entry.dtype)).reshape(entry.shape))
-        return value if not empty else fill(skeleton, out)
+        shared = broadcast_state(value, 0, lambda mine: self._gather(mine, world))
+        return shared if empty else value
 
     def close(self) -> None:
         if self._cuda is not None:

@@ -12,13 +12,13 @@ Files of older steps of this rank are removed once a newer step is on disk for e
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from dlu_elastic.checkpoint import disk
+from dlu_elastic.checkpoint.backoff import Backoff
 from dlu_elastic.checkpoint.slot import headers, slot_path, snapshot
+from dlu_elastic.checkpoint.ticking import Ticking
 
 logger = logging.getLogger(__name__)
 
@@ -29,44 +29,38 @@ RETRY_MAX_S = 30.0
 EventSink = Callable[[str, str], None]
 
 
-class Persister:
+class Persister(Ticking):
     def __init__(
         self, folder: Path, base: Path, every: int, on_event: EventSink, tick_s: float = TICK_S
     ) -> None:
+        super().__init__("dlu-ckpt-persist", tick_s)
         self.folder = folder
         self.base = base
         self.every = every
         self.on_event = on_event
-        self.tick_s = tick_s
         self.last_written = 0
-        self.failures = 0  # failed writes in all (each also retried)
-        self._failing = False
-        self._retry_at = 0.0
-        self._pause = RETRY_FIRST_S
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dlu-ckpt-persist", daemon=True)
+        self.backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
 
     def start(self) -> Persister:
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop after one last look (the final due step is written if the disk takes it)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        self._retry_at = 0.0
+        self.end_thread(timeout)
+        self.backoff.retry_now()
         try:
             self.tick()
         except Exception:
             logger.exception("checkpoint persister's last write failed")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            try:
-                self.tick()
-            except Exception:  # never let a surprise end the agent's durable copies
-                logger.exception("checkpoint persister tick failed")
+    @property
+    def failures(self) -> int:
+        """Failed writes in all (each also retried)."""
+        return self.backoff.failures
+
+    def on_error(self, exc: Exception) -> None:  # never let a surprise end the durable copies
+        logger.exception("checkpoint persister tick failed", exc_info=exc)
 
     def due(self) -> int | None:
         """The slot holding the step to write now, if any."""
@@ -79,7 +73,7 @@ class Persister:
         return best[1] if best is not None else None
 
     def tick(self) -> None:
-        if time.monotonic() < self._retry_at:
+        if not self.backoff.ready():
             return
         slot = self.due()
         if slot is None:
@@ -91,21 +85,15 @@ class Persister:
         try:
             written = disk.write(self.base, snap)
         except OSError as exc:
-            self.failures += 1
-            self._retry_at = time.monotonic() + self._pause
-            self._pause = min(self._pause * 2, RETRY_MAX_S)
             logger.warning("could not persist checkpoint step %d to %s (retrying): %s", step, self.base, exc)
-            if not self._failing:
-                self._failing = True
+            if self.backoff.failed():
                 self.on_event(
                     "checkpoint_persist_failed",
                     f"rank {snap.header.rank}: writing step {step} to {self.base} failed ({exc}); retrying",
                 )
             return
         self.last_written = step
-        self._pause = RETRY_FIRST_S
-        if self._failing:
-            self._failing = False
+        if self.backoff.succeeded():
             self.on_event(
                 "checkpoint_persisted", f"rank {snap.header.rank}: step {step} written again ({written})"
             )

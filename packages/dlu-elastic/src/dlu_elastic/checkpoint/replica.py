@@ -8,9 +8,11 @@ name and renamed, so a file that exists is whole) in its own shared-memory folde
 it: two files per buddied rank, mirroring its slots. Mirroring both slots (not only the
 committed one) matters: the survivors keep the last committed step and the one after it, and
 the buddy's copy of the lost rank holds the same two steps, save for a copy still under way,
-so a step every rank can restore remains. All of it runs after `save()` returned; a failed copy
-is logged and reported once per run of failures as a `checkpoint_replica_failed` event, then
-tried again after a pause that doubles up to 1 s: never a crash. `load()` (replica_load.py)
+so a step every rank can restore remains. A slot voided by a process that starts afresh (it
+saves before it loads) has its replica discarded too, so an older run's step never comes back
+from a buddy. All of it runs after `save()` returned; a failed copy is logged and reported once
+per run of failures as a `checkpoint_replica_failed` event, then tried again after a pause that
+doubles up to 1 s (backoff.py): never a crash. `load()` (replica_load.py)
 takes a rank's step from a replica when its own agent lost it.
 """
 
@@ -18,11 +20,10 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from dlu_elastic.checkpoint.backoff import Backoff
 from dlu_elastic.checkpoint.slot import (
     HEADER,
     SLOTS,
@@ -33,6 +34,7 @@ from dlu_elastic.checkpoint.slot import (
     slot_path,
     snapshot,
 )
+from dlu_elastic.checkpoint.ticking import Ticking
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,11 @@ def store(folder: Path, slot: int, data: bytes) -> Path:
     return final
 
 
+def discard(folder: Path, rank: int, slot: int) -> None:
+    """Forget a rank's replica of a slot that holds no step any more."""
+    (folder / f"replica-{rank}-{slot}").unlink(missing_ok=True)
+
+
 def held(folder: Path) -> dict[str, Header]:
     """The replicas this folder keeps: file name -> header (complete ones only)."""
     found: dict[str, Header] = {}
@@ -104,81 +111,90 @@ def read(folder: Path, name: str) -> bytes:
     return data[HEADER.size : HEADER.size + header.meta_len + header.payload_len]
 
 
-class Replicator:
-    """The agent's thread that copies each newly completed slot of its rank to the buddy."""
+VOID = -1  # `Replicator.sent` of a slot whose replica was discarded (the slot holds no step)
+
+
+class Replicator(Ticking):
+    """The agent's thread that copies each newly completed slot of its rank to the buddy.
+
+    No queue: one copy in flight at most, and each tick takes the slots as they are then, the
+    newest step first, so a buddy slower than the steps gets the newest steps, skipping the
+    ones overwritten meanwhile, and never falls behind by more than the copies under way."""
 
     def __init__(
         self,
         folder: Path,
         rank: int,
-        send: Callable[[int, bytes], None],
+        send: Callable[[int, bytes | None], None],
         on_event: EventSink,
         tick_s: float = TICK_S,
     ) -> None:
+        super().__init__("dlu-ckpt-replica", tick_s)
         self.folder = folder
         self.rank = rank
-        self.send = send  # hands (slot, copy) to the buddy agent (raises when it cannot)
+        self.send = send  # hands (slot, copy or None: discard it) to the buddy agent; raises when it cannot
         self.on_event = on_event
-        self.tick_s = tick_s
-        self.sent: dict[int, int] = {}  # slot -> seq of the copy the buddy has
+        self.sent: dict[int, int] = {}  # slot -> seq of the copy the buddy has (VOID: discarded)
         self.copies = 0
-        self.failures = 0
-        self._failing = False
-        self._retry_at = 0.0
-        self._pause = RETRY_FIRST_S
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dlu-ckpt-replica", daemon=True)
+        self.skipped = 0  # slots rewritten before their copy was taken (a newer step went instead)
+        self.backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
+
+    @property
+    def failures(self) -> int:
+        return self.backoff.failures
 
     def start(self) -> Replicator:
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self.end_thread(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            try:
-                self.tick()
-            except Exception as exc:  # never let a surprise end the replicas
-                self._failed(exc)
+    def on_error(self, exc: Exception) -> None:  # never let a surprise end the replicas
+        self._failed(exc)
+
+    def due(self) -> tuple[list[int], list[int]]:
+        """(slots to send, newest step first; slots whose replica to discard: voided by a
+        process that started afresh, so an old step on the buddy never outlives its slot)."""
+        send: list[tuple[int, int]] = []
+        discard: list[int] = []
+        for index, h in enumerate(headers(self.folder)):
+            if h is None:
+                continue
+            if h.complete and self.sent.get(index) != h.seq:
+                send.append((h.step, index))
+            elif not h.complete and h.step < 0 and self.sent.get(index) != VOID:
+                discard.append(index)
+        return [index for _, index in sorted(send, reverse=True)], discard
 
     def tick(self) -> None:
-        """Send every slot that completed a step since its last copy (the older step first)."""
-        if time.monotonic() < self._retry_at:
+        if not self.backoff.ready():
             return
-        due = [
-            (h.step, index)
-            for index, h in enumerate(headers(self.folder))
-            if h is not None and h.complete and self.sent.get(index) != h.seq
-        ]
-        for _, index in sorted(due):
+        send, discard = self.due()
+        for index in discard:
+            self.send(index, None)
+            self.sent[index] = VOID
+        for index in send:
             snap = snapshot(slot_path(self.folder, index))
             if snap is None:
-                continue  # rewritten meanwhile: the next tick sees the new step
+                self.skipped += 1
+                continue  # being rewritten: the next tick sends the newer step
             self.send(index, encode(snap))
             self.sent[index] = snap.header.seq
             self.copies += 1
-            self._pause = RETRY_FIRST_S
-            if self._failing:
-                self._failing = False
+            if self.backoff.succeeded():
                 self.on_event(
                     "checkpoint_replicated",
                     f"rank {self.rank}: step {snap.header.step} copied to its buddy again",
                 )
 
     def _failed(self, exc: BaseException) -> None:
-        self.failures += 1
-        self._retry_at = time.monotonic() + self._pause
-        self._pause = min(self._pause * 2, RETRY_MAX_S)
-        level = logging.DEBUG if self._failing else logging.WARNING  # one warning per run of failures
+        started = self.backoff.failed()
+        level = logging.WARNING if started else logging.DEBUG  # one warning per run of failures
         logger.log(
             level, "rank %d: could not copy a checkpoint replica to its buddy (retrying): %s", self.rank, exc
         )
-        if not self._failing:
-            self._failing = True
+        if started:
             self.on_event(
                 "checkpoint_replica_failed", f"rank {self.rank}: copy to its buddy failed ({exc}); retrying"
             )

@@ -73,6 +73,23 @@ def plan(
     return step, sources
 
 
+def why_none(everyone: Sequence[tuple[int, dict[int, tuple[int, int]], int | None, Held]], world: int) -> str:
+    """Why `plan` found no step (for the restore event): the ranks with no copy at all (a new
+    agent whose buddy had no replica yet, or was lost with it), else each rank's steps."""
+    avail: dict[int, set[int]] = {r: set() for r in range(world)}
+    for rank, mine, _, keeps in everyone:
+        avail[rank] |= {s for s, rw in mine.items() if rw == (rank, world)}
+        for r, w, step, _, _ in keeps.values():
+            if w == world and r in avail:
+                avail[r].add(step)
+    bare = [r for r in range(world) if not avail[r]]
+    if bare:
+        ranks = ", ".join(map(str, bare))
+        return f"rank {ranks} had no step in memory or in a buddy's replica"
+    steps = "; ".join(f"rank {r}: {sorted(avail[r])}" for r in range(world))
+    return f"no step is kept in memory for every rank ({steps})"
+
+
 def exchange(folder: Path, rank: int, sources: dict[int, Source]) -> tuple[bytes, memoryview] | None:
     """Send the replicas this rank holds to the ranks that need them; return this rank's
     (metadata, payload) when it needs one. Every rank calls it with the same `sources`."""

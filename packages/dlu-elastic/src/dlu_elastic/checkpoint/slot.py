@@ -230,3 +230,17 @@ def headers(folder: Path) -> list[Header | None]:
         except FileNotFoundError:
             found.append(None)
     return found
+
+
+def read_meta(path: Path) -> tuple[Header, bytes] | None:
+    """The header and metadata of a complete slot, replica or persisted file (all three put the
+    metadata right after the header), without its payload; None when there is none."""
+    try:
+        with open(path, "rb") as file:
+            header = read_header(file.read(HEADER.size))
+            if header is None or not header.complete:
+                return None
+            meta = file.read(header.meta_len)
+    except FileNotFoundError:
+        return None
+    return (header, meta) if len(meta) == header.meta_len else None

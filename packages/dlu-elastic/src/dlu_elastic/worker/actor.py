@@ -134,12 +134,12 @@ class ElasticWorkerActor(ElasticAgentLoop):
             None if self.class_mode else AgentCheckpoints.of_worker(self.info, self.elastic.checkpoint)
         )
 
-    def receive_replica(self, slot: int, data: bytes) -> None:
+    def receive_replica(self, run: str, rank: int, slot: int, data: bytes | None) -> None:
         """A copy of a buddied rank's checkpoint slot (see dlu_elastic.checkpoint.replica)."""
         checkpoints = getattr(self, "_checkpoints", None)
         if checkpoints is None:
             raise RuntimeError(f"{self.info.actor_name} keeps no checkpoint replicas")
-        checkpoints.receive_replica(slot, data)
+        checkpoints.receive_replica(run, rank, slot, data)
 
     def _finished(self, round_: int, interval: float) -> Result | None:
         """Its process exited 0: its restore report (if any) goes out before FINISH shows."""
@@ -298,6 +298,8 @@ class ElasticWorkerActor(ElasticAgentLoop):
                 if self.process is not None:
                     self.process.end(2.0)  # the previous round's: gone before the next starts
                 self.process = self.launcher.start(self._process_spec(state))
+                if self._checkpoints is not None:
+                    self._checkpoints.training_process(self.process.pid)
                 try:
                     outcome = self._watch(state.round, self.process)
                 finally:
