@@ -123,7 +123,9 @@ def current_version(conn: sa.Connection) -> int:
     """0 for an empty database."""
     if not sa.inspect(conn).has_table(_version_table.name):
         return 0
-    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(_version_table.c.version), 0))).scalar_one())
+    return int(
+        conn.execute(sa.select(sa.func.coalesce(sa.func.max(_version_table.c.version), 0))).scalar_one()
+    )
 
 
 def migrate(engine: sa.Engine, target: int = LATEST) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import event as sa_event
 from sqlalchemy import exc as sa_exc
 
 from dlu_brain.db import schema as t
@@ -88,7 +89,7 @@ class BrainDatabase:
             self.engine = sa.create_engine(
                 self.url, connect_args={"timeout": 30, "check_same_thread": False}, pool_pre_ping=True
             )
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            sa_event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = sa.create_engine(
                 self.url, connect_args={"connect_timeout": max(1, int(connect_timeout_s))}, pool_pre_ping=True
@@ -126,7 +127,7 @@ class BrainDatabase:
             ).scalar()
             if found is not None:
                 return int(found)
-            return int(
+            return _new_id(
                 conn.execute(
                     t.jobs.insert().values(
                         name=job.name,
@@ -137,7 +138,7 @@ class BrainDatabase:
                         config_hash=job.config_hash,
                         started_at=time.time() if now is None else now,
                     )
-                ).inserted_primary_key[0]
+                )
             )
 
     def end_job(self, job_id: int, outcome: str, now: float | None = None) -> None:
@@ -159,12 +160,16 @@ class BrainDatabase:
         if run_id is not None:
             query = query.where(t.jobs.c.run_id == run_id)
         with self._tx() as conn:
-            row = conn.execute(query.order_by(t.jobs.c.started_at.desc(), t.jobs.c.id.desc()).limit(1)).first()
+            row = conn.execute(
+                query.order_by(t.jobs.c.started_at.desc(), t.jobs.c.id.desc()).limit(1)
+            ).first()
         return _job(row) if row else None
 
     def running_jobs(self) -> list[JobRow]:
         with self._tx() as conn:
-            rows = conn.execute(sa.select(t.jobs).where(t.jobs.c.ended_at.is_(None)).order_by(t.jobs.c.id)).all()
+            rows = conn.execute(
+                sa.select(t.jobs).where(t.jobs.c.ended_at.is_(None)).order_by(t.jobs.c.id)
+            ).all()
         return [_job(r) for r in rows]
 
     def finished_jobs(self, signature: str | None = None, limit: int = 50) -> list[JobRow]:
@@ -173,14 +178,16 @@ class BrainDatabase:
         if signature is not None:
             query = query.where(t.jobs.c.signature == signature)
         with self._tx() as conn:
-            rows = conn.execute(query.order_by(t.jobs.c.ended_at.desc(), t.jobs.c.id.desc()).limit(limit)).all()
+            rows = conn.execute(
+                query.order_by(t.jobs.c.ended_at.desc(), t.jobs.c.id.desc()).limit(limit)
+            ).all()
         return [_job(r) for r in rows]
 
     # -- statistics -------------------------------------------------------------------------
-    def add_samples(self, job_id: int, samples: Sequence[StatSample]) -> int:
-        """Store the samples not stored yet (by `seq`); returns how many were new."""
+    def add_samples(self, job_id: int, samples: Sequence[StatSample]) -> list[StatSample]:
+        """Store the samples not stored yet (by `seq`); returns those that were new."""
         if not samples:
-            return 0
+            return []
         with self._tx() as conn:
             seqs = [s.seq for s in samples]
             have = set(
@@ -192,9 +199,12 @@ class BrainDatabase:
             if fresh:
                 conn.execute(
                     t.samples.insert(),
-                    [{"job_id": job_id, "seq": s.seq, **s.model_dump(include=set(SAMPLE_FIELDS))} for s in fresh.values()],
+                    [
+                        {"job_id": job_id, "seq": s.seq, **s.model_dump(include=set(SAMPLE_FIELDS))}
+                        for s in fresh.values()
+                    ],
                 )
-        return len(fresh)
+        return list(fresh.values())
 
     def samples(
         self, job_id: int, kind: str | None = None, since: float | None = None, limit: int = 100_000
@@ -206,7 +216,9 @@ class BrainDatabase:
         if since is not None:
             query = query.where(t.samples.c.time >= since)
         with self._tx() as conn:
-            rows = conn.execute(query.order_by(t.samples.c.time.desc(), t.samples.c.seq.desc()).limit(limit)).all()
+            rows = conn.execute(
+                query.order_by(t.samples.c.time.desc(), t.samples.c.seq.desc()).limit(limit)
+            ).all()
         return [_sample(r) for r in reversed(rows)]
 
     def throughput_by_size(self, job_id: int, role: str) -> dict[int, float]:
@@ -231,7 +243,7 @@ class BrainDatabase:
         self, job_id: int, kind: str, role: str | None, detail: dict[str, Any], now: float | None = None
     ) -> int:
         with self._tx() as conn:
-            return int(
+            return _new_id(
                 conn.execute(
                     t.optimize_events.insert().values(
                         job_id=job_id,
@@ -241,12 +253,14 @@ class BrainDatabase:
                         detail=detail,
                         state="open",
                     )
-                ).inserted_primary_key[0]
+                )
             )
 
     def set_event_state(self, event_id: int, state: str) -> None:
         with self._tx() as conn:
-            conn.execute(t.optimize_events.update().where(t.optimize_events.c.id == event_id).values(state=state))
+            conn.execute(
+                t.optimize_events.update().where(t.optimize_events.c.id == event_id).values(state=state)
+            )
 
     def events(self, job_id: int, state: str | None = None) -> list[EventRow]:
         query = sa.select(t.optimize_events).where(t.optimize_events.c.job_id == job_id)
@@ -257,7 +271,9 @@ class BrainDatabase:
         return [EventRow(r.id, r.job_id, r.time, r.kind, r.role, dict(r.detail), r.state) for r in rows]
 
     # -- plans ------------------------------------------------------------------------------
-    def add_plan(self, job_id: int, plan: RolePlan, event_id: int | None = None, now: float | None = None) -> int:
+    def add_plan(
+        self, job_id: int, plan: RolePlan, event_id: int | None = None, now: float | None = None
+    ) -> int:
         """Write a plan; an older proposed plan of the same role is superseded."""
         with self._tx() as conn:
             conn.execute(
@@ -265,7 +281,7 @@ class BrainDatabase:
                 .where(t.plans.c.job_id == job_id, t.plans.c.role == plan.role, t.plans.c.state == "proposed")
                 .values(state="superseded")
             )
-            return int(
+            return _new_id(
                 conn.execute(
                     t.plans.insert().values(
                         job_id=job_id,
@@ -278,7 +294,7 @@ class BrainDatabase:
                         reason=plan.reason,
                         state=plan.state,
                     )
-                ).inserted_primary_key[0]
+                )
             )
 
     def set_plan_state(self, plan_id: int, state: str, reason: str = "") -> None:
@@ -291,7 +307,9 @@ class BrainDatabase:
     def plans(self, job_id: int) -> list[RolePlan]:
         """Every plan of the job, oldest first."""
         with self._tx() as conn:
-            rows = conn.execute(sa.select(t.plans).where(t.plans.c.job_id == job_id).order_by(t.plans.c.id)).all()
+            rows = conn.execute(
+                sa.select(t.plans).where(t.plans.c.job_id == job_id).order_by(t.plans.c.id)
+            ).all()
         return [_plan(r) for r in rows]
 
     def current_plans(self, job_id: int) -> list[RolePlan]:
@@ -325,8 +343,17 @@ class BrainDatabase:
 
     def latest_cluster_sample(self) -> dict[str, Any] | None:
         with self._tx() as conn:
-            row = conn.execute(sa.select(t.cluster_samples).order_by(t.cluster_samples.c.id.desc()).limit(1)).first()
+            row = conn.execute(
+                sa.select(t.cluster_samples).order_by(t.cluster_samples.c.id.desc()).limit(1)
+            ).first()
         return dict(row._mapping) if row else None
+
+
+def _new_id(result: sa.CursorResult[Any]) -> int:
+    key = result.inserted_primary_key
+    if key is None:  # pragma: no cover - every table here has an integer key
+        raise RuntimeError("insert returned no primary key")
+    return int(key[0])
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

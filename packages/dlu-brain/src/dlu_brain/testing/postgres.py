@@ -83,12 +83,18 @@ class PostgresServer:
         return f"postgresql+psycopg://dlu@127.0.0.1:{self.port}/postgres"
 
     def _popen_user(self) -> dict[str, object]:
-        return {"user": self._user, "group": pwd.getpwnam(self._user).pw_gid, "extra_groups": []} if self._user else {}
+        return (
+            {"user": self._user, "group": pwd.getpwnam(self._user).pw_gid, "extra_groups": []}
+            if self._user
+            else {}
+        )
 
     def _run(self, argv: list[str]) -> None:
         done = subprocess.run(argv, capture_output=True, timeout=120, **self._popen_user())  # type: ignore[call-overload]
         if done.returncode != 0:
-            raise PostgresUnavailable(f"{argv[0]} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}")
+            raise PostgresUnavailable(
+                f"{argv[0]} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}"
+            )
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start the server and wait until it accepts connections on its port."""
@@ -104,7 +110,9 @@ class PostgresServer:
                 raise PostgresUnavailable(f"postgres exited {self.process.returncode}: {self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise PostgresUnavailable(f"postgres did not accept connections in {timeout_s:.0f} s: {self._log_tail()}")
+                raise PostgresUnavailable(
+                    f"postgres did not accept connections in {timeout_s:.0f} s: {self._log_tail()}"
+                )
             time.sleep(0.1)
 
     def _accepting(self) -> bool:

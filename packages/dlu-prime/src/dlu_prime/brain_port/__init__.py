@@ -12,8 +12,8 @@ from dlu_prime.brain_port.models import (
     PlanOutcome,
     RolePlan,
     RoleShape,
-    StatsBatch,
     StatSample,
+    StatsBatch,
     registration_from_spec,
 )
 from dlu_prime.brain_port.port import BrainMode, BrainPort, NullBrain

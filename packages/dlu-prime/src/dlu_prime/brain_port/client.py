@@ -22,8 +22,8 @@ from dlu_prime.brain_port.models import (
     JobPlan,
     JobRegistration,
     PlanOutcome,
-    StatsBatch,
     StatSample,
+    StatsBatch,
 )
 from dlu_prime.brain_port.port import BrainMode, BrainPort
 
@@ -147,7 +147,9 @@ class BrainClient(BrainPort):
                 for _ in chunk:
                     self._pending.popleft()
             while self._outcomes:
-                self._call("POST", f"/v1/jobs/{name}/plan-outcome", json=self._outcomes[0].model_dump(mode="json"))
+                self._call(
+                    "POST", f"/v1/jobs/{name}/plan-outcome", json=self._outcomes[0].model_dump(mode="json")
+                )
                 self._outcomes.pop(0)
             if self._end is not None:
                 self._call("POST", f"/v1/jobs/{name}/end", json=self._end.model_dump(mode="json"))
@@ -181,7 +183,10 @@ class BrainClient(BrainPort):
     def _away(self, exc: BrainAway) -> None:
         if self._up or str(exc) != self.last_error:
             logger.warning(
-                "Brain at %s away (%s): single-job mode, %d samples buffered", self.url, exc, len(self._pending)
+                "Brain at %s away (%s): single-job mode, %d samples buffered",
+                self.url,
+                exc,
+                len(self._pending),
             )
         self._up = False
         self.last_error = str(exc)
@@ -197,5 +202,7 @@ class BrainClient(BrainPort):
             raise BrainAway(f"503: {answer.text[:200]}")
         if answer.status_code >= 400:
             # A refusal is not an outage: say it loudly and do not resend what was refused.
-            raise BrainRefused(path, f"Brain refused {method} {path}: {answer.status_code} {answer.text[:300]}")
+            raise BrainRefused(
+                path, f"Brain refused {method} {path}: {answer.status_code} {answer.text[:300]}"
+            )
         return answer.json()

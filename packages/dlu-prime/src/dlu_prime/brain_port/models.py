@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from dlu_api.spec.models import JobSpec
+    from dlu_api.spec.models import JobSpec, Resources
 
 SampleKind = Literal["throughput", "resource", "backlog"]
 
@@ -26,6 +26,13 @@ class RoleShape(WireModel):
     min_size: int = Field(ge=0)
     max_size: int = Field(ge=0)
     elastic: bool = Field(default=False, description="Sized in nodes (nnodes MIN:MAX), else in actors.")
+    actors_per_unit: int = Field(
+        default=1, ge=1, description="Actors per node of an elastic role; 1 otherwise."
+    )
+    actor_resources: dict[str, float] = Field(
+        default_factory=dict[str, float],
+        description="What one actor asks Ray for (CPU, GPU, memory bytes, ...).",
+    )
 
 
 class JobRegistration(WireModel):
@@ -114,10 +121,24 @@ def registration_from_spec(spec: JobSpec, run_id: str) -> JobRegistration:
             per_node = max(1, role.per_group)
             nodes = max(1, role.total // per_node)
             low, high = elastic.min_nodes, elastic.max_nodes
-            roles[role.name] = RoleShape(kind=str(role.kind), size=nodes, min_size=low, max_size=high, elastic=True)
+            roles[role.name] = RoleShape(
+                kind=str(role.kind),
+                size=nodes,
+                min_size=low,
+                max_size=high,
+                elastic=True,
+                actors_per_unit=per_node,
+                actor_resources=_asks(role.resources),
+            )
         else:
             high = role.max_total or role.total
-            roles[role.name] = RoleShape(kind=str(role.kind), size=role.total, min_size=1, max_size=high)
+            roles[role.name] = RoleShape(
+                kind=str(role.kind),
+                size=role.total,
+                min_size=1,
+                max_size=high,
+                actor_resources=_asks(role.resources),
+            )
     entry = " ".join(sorted({r.entrypoint for r in spec.roles}))
     config = json.dumps(spec.config, sort_keys=True, default=str)
     return JobRegistration(
@@ -127,3 +148,13 @@ def registration_from_spec(spec: JobSpec, run_id: str) -> JobRegistration:
         entrypoint=entry,
         config_hash=hashlib.sha256(config.encode()).hexdigest()[:32],
     )
+
+
+def _asks(resources: Resources) -> dict[str, float]:
+    out: dict[str, float] = {
+        "CPU": resources.cpu,
+        "GPU": resources.gpu or 0.0,
+        "memory": float(resources.memory),
+    }
+    out.update(resources.custom)
+    return {k: v for k, v in out.items() if v}

@@ -46,7 +46,7 @@ class BrainPort(abc.ABC):
     def mode(self) -> BrainMode:
         """CLUSTER while a Brain answers, SINGLE_JOB otherwise."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: most ports hold nothing to release
         """Release connections; the default holds none."""
 
 

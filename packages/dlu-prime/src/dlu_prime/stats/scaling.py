@@ -71,13 +71,18 @@ def marginal_scaling(
         return f"{lo} {unit} {by_size[lo]:.1f} samples/s, {hi} {unit} {by_size[hi]:.1f} samples/s, {pct:.0f}% of linear"
 
     if current not in by_size:
-        return SizeDecision(role, current, current, f"{role} stays at {current}: not measured at {current} {unit} yet")
+        return SizeDecision(
+            role, current, current, f"{role} stays at {current}: not measured at {current} {unit} yet"
+        )
     smaller = [s for s in by_size if low <= s < current]
     if smaller:
         below = max(smaller)
         if linear_fraction(by_size, below, current) < threshold:
             return SizeDecision(
-                role, current, below, f"{role} {current} -> {below}: {said(below, current)} (< {threshold:.0%})"
+                role,
+                current,
+                below,
+                f"{role} {current} -> {below}: {said(below, current)} (< {threshold:.0%})",
             )
     up = min(high, current + step)
     if up == current:
@@ -87,7 +92,9 @@ def marginal_scaling(
     fraction = linear_fraction(by_size, current, up)
     if fraction >= threshold:
         return SizeDecision(role, current, up, f"{role} {current} -> {up}: {said(current, up)}")
-    return SizeDecision(role, current, current, f"{role} stays at {current}: {said(current, up)} (< {threshold:.0%})")
+    return SizeDecision(
+        role, current, current, f"{role} stays at {current}: {said(current, up)} (< {threshold:.0%})"
+    )
 
 
 def backlog_size(
@@ -101,7 +108,9 @@ def backlog_size(
 ) -> SizeDecision:
     """Actors enough to drain `backlog` within `target_delay_s` at the measured rate per actor."""
     if items_per_s_per_actor <= 0:
-        return SizeDecision(role, current, current, f"{role} stays at {current}: no consumption rate measured")
+        return SizeDecision(
+            role, current, current, f"{role} stays at {current}: no consumption rate measured"
+        )
     need = math.ceil(backlog / (items_per_s_per_actor * target_delay_s)) if backlog > 0 else low
     target = max(low, min(high, need))
     why = (
@@ -113,7 +122,9 @@ def backlog_size(
     return SizeDecision(role, current, target, f"{role} {current} -> {target}: {why}")
 
 
-def memory_relaunch(used_bytes: int, limit_bytes: int, pressure: float = 0.9, growth: float = 1.5) -> int | None:
+def memory_relaunch(
+    used_bytes: int, limit_bytes: int, pressure: float = 0.9, growth: float = 1.5
+) -> int | None:
     """The memory to relaunch an actor with when it uses `pressure` of its limit or more, else None."""
     if limit_bytes <= 0 or used_bytes < pressure * limit_bytes:
         return None
