@@ -42,7 +42,9 @@ class BrainProcess:
         )  # fmt: skip
         out.close()
         deadline = time.monotonic() + 60
-        while not re.search(rf"Brain serving at http://127.0.0.1:{self.port}", self.log.read_text(errors="replace")):
+        while not re.search(
+            rf"Brain serving at http://127.0.0.1:{self.port}", self.log.read_text(errors="replace")
+        ):
             assert self.proc.poll() is None, self.log.read_text()
             assert time.monotonic() < deadline, self.log.read_text()
             time.sleep(0.1)
@@ -60,7 +62,9 @@ class BrainProcess:
 
 def registration() -> JobRegistration:
     shape = RoleShape(kind="elastic", size=2, min_size=1, max_size=4, elastic=True)
-    return JobRegistration(name="lm", run_id="run-1", roles={"trainer": shape}, entrypoint="t:m", config_hash="h")
+    return JobRegistration(
+        name="lm", run_id="run-1", roles={"trainer": shape}, entrypoint="t:m", config_hash="h"
+    )
 
 
 def batch(start: int, n: int) -> list[StatSample]:
