@@ -47,9 +47,15 @@ def _database(url: str | None) -> Any:
     serve = _brain("serve")
     db_module = _brain("db")
     try:
-        return db_module.BrainDatabase(url or serve.default_db_url())
+        database = db_module.BrainDatabase(url or serve.default_db_url())
     except ValueError as exc:
         raise fail(str(exc)) from None
+    try:
+        database.migrate()  # an empty or older database reads as the current schema
+    except (db_module.DatabaseUnavailableError, db_module.SchemaTooNewError) as exc:
+        database.close()
+        raise fail(str(exc), code=1) from None
+    return database
 
 
 @brain_app.command("serve")

@@ -20,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
 from dlu_brain.db import LATEST, BrainDatabase, SchemaTooNewError
 from dlu_prime.brain_port import JobRegistration, RolePlan, RoleShape, StatSample
@@ -183,9 +184,9 @@ class BrainDatabaseConformance:
             [],
         )
 
-    def test_deleting_nothing_else_a_job_cascades(self, db: BrainDatabase) -> None:
+    def test_a_sample_of_an_unknown_job_is_refused(self, db: BrainDatabase) -> None:
         """Foreign keys are on: a sample for a job that does not exist is refused."""
-        with pytest.raises(sa.exc.IntegrityError):
+        with pytest.raises(IntegrityError):
             db.add_samples(424242, [speed(1, 2, 1.0)])
 
     def test_concurrent_writers_lose_nothing(self, db: BrainDatabase) -> None:
