@@ -51,3 +51,26 @@ def test_process_sampler_reads_this_process() -> None:
 def test_backlog_sample() -> None:
     s = backlog_sample("rollouts", -3, 2.0, role="rollout")
     assert (s.kind, s.channel, s.backlog, s.role) == ("backlog", "rollouts", 0, "rollout")
+
+
+def test_statistics_reach_the_status_and_dlu_status_shows_them() -> None:
+    from dlu_api.cli.render import status_text
+    from dlu_api.status import ActorStatus, JobStage, JobStatus, RoleStatus
+    from dlu_prime.brain_port import StatSample
+    from dlu_prime.stats import with_statistics
+
+    meter = ThroughputMeter()
+    for t in range(3):
+        meter.observe_step("trainer", "trainer-0", step=t * 3, now=float(t), world_size=2)
+        meter.observe_samples("trainer", count=96, now=float(t), world_size=2)
+    actor = ActorStatus(name="trainer-0", role="trainer", rank=0, stage="RUNNING")
+    status = JobStatus(
+        name="lm", stage=JobStage.RUNNING, roles=[RoleStatus(name="trainer", kind="elastic", actors=[actor])]
+    )
+    usage = {"trainer-0": StatSample(time=1.0, kind="resource", cpu_percent=180.0, memory_bytes=512 * 2**20)}
+    shown = status_text(with_statistics(status, meter, usage, {"rollouts": 42}))
+    assert "statistics:" in shown
+    assert "  trainer speed by size: 2: 96.0 samples/s, 3.00 steps/s" in shown
+    assert "  trainer-0: cpu 180%, mem 512 MiB" in shown
+    assert "  backlog: rollouts 42" in shown
+    assert "statistics:" not in status_text(status)  # nothing measured: nothing shown

@@ -9,6 +9,7 @@ from dlu_prime.stats.scaling import (
     marginal_scaling,
     memory_relaunch,
 )
+from dlu_prime.stats.status import with_statistics
 from dlu_prime.stats.throughput import Throughput, ThroughputMeter
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "linear_fraction",
     "marginal_scaling",
     "memory_relaunch",
+    "with_statistics",
 ]
