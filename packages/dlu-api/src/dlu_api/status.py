@@ -70,9 +70,6 @@ class RoleStatus(BaseModel):
         description="Nodes an elastic role still asks Ray for, to reach MAX (or the node count `dlu scale` set).",
     )
     actors: list[ActorStatus] = Field(default_factory=list[ActorStatus])
-    throughput: list[ThroughputAtSize] = Field(
-        default_factory=list[ThroughputAtSize], description="Measured speed at each world size it ran at."
-    )
 
 
 class JobEvent(BaseModel):
@@ -133,6 +130,10 @@ class JobStatus(BaseModel):
     )
     run_id: str = Field(
         default="", description="This run of the job; its rank logs are under <log dir>/<job>/<run_id>/."
+    )
+    throughput: dict[str, list[ThroughputAtSize]] = Field(
+        default_factory=dict[str, list[ThroughputAtSize]],
+        description="Each role's measured speed at each world size it ran at, by role name.",
     )
     backlogs: dict[str, int] = Field(
         default_factory=dict[str, int], description="Items waiting in each data channel or shard queue."

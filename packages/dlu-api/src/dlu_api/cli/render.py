@@ -140,7 +140,7 @@ def statistics_lines(status: JobStatus) -> list[str]:
                 )
                 if part
             )
-            for t in role.throughput
+            for t in status.throughput.get(role.name, [])
         ]
         if speeds:
             lines.append(f"  {role.name} speed by size: " + "; ".join(speeds))

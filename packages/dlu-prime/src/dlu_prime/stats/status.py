@@ -37,5 +37,5 @@ def with_statistics(
                     }
                 )
             )
-        roles.append(role.model_copy(update={"actors": actors, "throughput": by_role.get(role.name, [])}))
-    return status.model_copy(update={"roles": roles, "backlogs": dict(backlogs)})
+        roles.append(role.model_copy(update={"actors": actors}))
+    return status.model_copy(update={"roles": roles, "throughput": by_role, "backlogs": dict(backlogs)})
