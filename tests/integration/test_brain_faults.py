@@ -94,8 +94,9 @@ def test_brain_killed_statistics_buffered_and_resumed(tmp_path: Path, brain_db: 
         client.report(batch(0, 5))
         assert client.mode is BrainMode.CLUSTER and client.buffered == 0
         brain.kill()
-        client.report(batch(5, 40))  # the job goes on: nothing raised, all kept
+        client.report(batch(5, 20))  # the job goes on: nothing raised, all kept
         assert client.mode is BrainMode.SINGLE_JOB
+        client.report(batch(25, 20))  # reported while in single-job mode: kept too
         assert client.buffered == 40
         assert client.plan() is None
         brain.start()  # same database, same port: the administrator is taken back

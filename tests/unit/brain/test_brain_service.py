@@ -96,20 +96,27 @@ def test_the_jobs_own_unplaceable_report_stops_the_proposal(brain: Brain) -> Non
     brain.plan_outcome("lm", PlanOutcome(run_id="r1", plan_id=plan.id, state="unplaceable", reason="no node"))
     (now,) = brain.plan("lm", "r1").roles
     assert now.state == "unplaceable" and now.reason.endswith("[unplaceable: no node]")
+    brain.add_samples("lm", "r1", speeds(10, 2, 20.0, n=2))  # a throughput drop: a new event
+    job = brain.db.find_job("lm", "r1")
+    assert job is not None
+    assert "throughput_drop" in [e.kind for e in brain.db.events(job.id)]
+    assert [p.size for p in brain.db.plans(job.id)] == [3]  # not proposed again
 
 
 def test_a_restarted_brain_resumes_every_administrator(brain: Brain, tmp_path: Path) -> None:
     brain.start_job(reg("r1"))
     brain.start_job(reg("r1", name="second"))
     brain.add_samples("lm", "r1", speeds(1, 2, 100.0, n=4))
+    brain.cluster_sample(1, 0, {"CPU": 16.0}, {"CPU": 8.0}, [])  # room for more: idle_resources
     brain.db.close()
     again = Brain(BrainDatabase(f"sqlite:///{tmp_path / 'brain.sqlite'}"), AdminSettings(min_samples=3))
     assert again.resume() == 2
     assert again.start_job(reg("r1")).roles  # the restarted master registers again: same job
     again.add_samples("lm", "r1", speeds(1, 2, 100.0, n=4))  # resent: stored once, no new event
     again.add_samples("lm", "r1", speeds(50, 2, 30.0))  # the drop is judged against the resumed best
+    again.cluster_sample(1, 0, {"CPU": 16.0}, {"CPU": 8.0}, [])  # the same room: raised already
     job = again.db.find_job("lm", "r1")
     assert job is not None
     kinds = [e.kind for e in again.db.events(job.id)]
-    assert kinds == ["job_start", "throughput_measured", "throughput_drop"]
+    assert kinds == ["job_start", "throughput_measured", "idle_resources", "throughput_drop"]
     assert len(again.db.samples(job.id)) == 7
