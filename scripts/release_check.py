@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("dlu_api", "dlu_elastic", "dlu_prime", "dlu_store_redis")
+PACKAGES = ("dlu_api", "dlu_brain", "dlu_elastic", "dlu_prime", "dlu_store_redis")
 HEAVY = ("ray", "torch", "grpc")  # a driver never needs them
 
 

@@ -37,6 +37,19 @@ class ActorStatus(BaseModel):
         default=None,
         description="Last metric the actor's code reported with `heartbeat(step, metric)` (a loss, say).",
     )
+    cpu_percent: float | None = Field(
+        default=None, description="CPU use of the actor's process and its children (100 = one core)."
+    )
+    memory_bytes: int | None = Field(default=None, description="Resident memory of the actor's processes.")
+    gpu_percent: float | None = Field(default=None, description="GPU use, where the actor has one.")
+
+
+class ThroughputAtSize(BaseModel):
+    """A role's measured speed at one world size (nodes of an elastic role, actors otherwise)."""
+
+    world_size: int
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
 
 
 class RoleStatus(BaseModel):
@@ -117,6 +130,13 @@ class JobStatus(BaseModel):
     )
     run_id: str = Field(
         default="", description="This run of the job; its rank logs are under <log dir>/<job>/<run_id>/."
+    )
+    throughput: dict[str, list[ThroughputAtSize]] = Field(
+        default_factory=dict[str, list[ThroughputAtSize]],
+        description="Each role's measured speed at each world size it ran at, by role name.",
+    )
+    backlogs: dict[str, int] = Field(
+        default_factory=dict[str, int], description="Items waiting in each data channel or shard queue."
     )
     log_dir: str | None = Field(
         default=None,

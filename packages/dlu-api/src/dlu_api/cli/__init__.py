@@ -277,9 +277,9 @@ def submit(
 
 # The topic modules register their commands on `app` when imported; imported after run, resume
 # and submit are, so that `dlu --help` lists the commands in the same order as before.
-from dlu_api.cli import job_commands, spec_commands  # noqa: E402
+from dlu_api.cli import brain_commands, job_commands, spec_commands  # noqa: E402
 
-COMMAND_MODULES = (job_commands, spec_commands)  # the commands beyond run, resume and submit
+COMMAND_MODULES = (job_commands, spec_commands, brain_commands)  # the commands beyond run, resume and submit
 
 
 def main() -> None:

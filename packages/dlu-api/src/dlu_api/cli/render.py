@@ -111,6 +111,10 @@ def status_text(status: JobStatus, events: int = 10, tracebacks: bool = True) ->
     if status.roles:
         lines.append("roles:")
         lines += [role_line(r, with_step=True) for r in status.roles]
+    stats = statistics_lines(status)
+    if stats:
+        lines.append("statistics:")
+        lines += stats
     recovered = recovery_lines(status.events)
     if recovered:
         lines.append("recoveries:")
@@ -119,6 +123,38 @@ def status_text(status: JobStatus, events: int = 10, tracebacks: bool = True) ->
         lines.append(f"last {min(events, len(status.events))} event(s):")
         lines += [event_line(e) for e in status.events[-events:]]
     return "\n".join(lines)
+
+
+def statistics_lines(status: JobStatus) -> list[str]:
+    """Runtime statistics: each role's speed per world size, each actor's CPU and memory, and the
+    backlog of each data channel (only what was measured)."""
+    lines: list[str] = []
+    for role in status.roles:
+        speeds = [
+            f"{t.world_size}: "
+            + ", ".join(
+                part
+                for part in (
+                    f"{t.samples_per_s:.1f} samples/s" if t.samples_per_s is not None else "",
+                    f"{t.steps_per_s:.2f} steps/s" if t.steps_per_s is not None else "",
+                )
+                if part
+            )
+            for t in status.throughput.get(role.name, [])
+        ]
+        if speeds:
+            lines.append(f"  {role.name} speed by size: " + "; ".join(speeds))
+        for actor in role.actors:
+            use = [
+                f"cpu {actor.cpu_percent:.0f}%" if actor.cpu_percent is not None else "",
+                f"mem {actor.memory_bytes / 2**20:.0f} MiB" if actor.memory_bytes is not None else "",
+                f"gpu {actor.gpu_percent:.0f}%" if actor.gpu_percent is not None else "",
+            ]
+            if any(use):
+                lines.append(f"  {actor.name}: " + ", ".join(u for u in use if u))
+    if status.backlogs:
+        lines.append("  backlog: " + ", ".join(f"{k} {v}" for k, v in sorted(status.backlogs.items())))
+    return lines
 
 
 class ProgressPrinter:

@@ -1,0 +1,23 @@
+"""The Brain's database (SQLite by default, PostgreSQL by URL) and its migrations."""
+
+from dlu_brain.db.migrations import LATEST, SchemaTooNewError, migrate
+from dlu_brain.db.store import (
+    BrainDatabase,
+    DatabaseUnavailableError,
+    EventRow,
+    JobRow,
+    check_url,
+    default_sqlite_url,
+)
+
+__all__ = [
+    "LATEST",
+    "BrainDatabase",
+    "DatabaseUnavailableError",
+    "EventRow",
+    "JobRow",
+    "SchemaTooNewError",
+    "check_url",
+    "default_sqlite_url",
+    "migrate",
+]

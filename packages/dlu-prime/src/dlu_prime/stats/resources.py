@@ -1,0 +1,66 @@
+"""CPU and memory of the processes a job runs (psutil, as Ray's own dashboard agent uses), and the
+backlog of its data channels and shard queues, as statistics samples."""
+
+from __future__ import annotations
+
+import logging
+
+import psutil
+
+from dlu_prime.brain_port.models import StatSample
+
+logger = logging.getLogger(__name__)
+
+
+class ProcessSampler:
+    """Samples processes by PID; the first sample of a process has cpu_percent 0 (psutil measures
+    CPU between two calls), the next ones its use since the previous call."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def sample(
+        self,
+        pid: int,
+        now: float,
+        *,
+        role: str | None = None,
+        actor: str | None = None,
+        node_id: str | None = None,
+        memory_limit_bytes: int | None = None,
+        children: bool = True,
+    ) -> StatSample | None:
+        """CPU (percent of one core, summed over the process and its children) and resident
+        memory; None for a process that is gone."""
+        try:
+            proc = self._procs.get(pid)
+            if proc is None:
+                proc = self._procs[pid] = psutil.Process(pid)
+            cpu = proc.cpu_percent(None)
+            rss = proc.memory_info().rss
+            if children:
+                for child in proc.children(recursive=True):
+                    cached = self._procs.setdefault(child.pid, child)
+                    try:
+                        cpu += cached.cpu_percent(None)
+                        rss += cached.memory_info().rss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        self._procs.pop(child.pid, None)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            self._procs.pop(pid, None)
+            return None
+        return StatSample(
+            time=now,
+            kind="resource",
+            role=role,
+            actor=actor,
+            node_id=node_id,
+            cpu_percent=cpu,
+            memory_bytes=rss,
+            memory_limit_bytes=memory_limit_bytes,
+        )
+
+
+def backlog_sample(channel: str, backlog: int, now: float, role: str | None = None) -> StatSample:
+    """The items waiting in a data channel or shard queue (fed by `role`, if known)."""
+    return StatSample(time=now, kind="backlog", channel=channel, backlog=max(0, backlog), role=role)

@@ -1,0 +1,127 @@
+"""Training speed per role and world size, accumulated from heartbeats (steps) and a samples hook.
+
+Pure: every method takes the time. Steps are counted per actor between two of its heartbeats at
+the same world size (a resize in between starts a new interval), pooled over the role's actors;
+samples are counted by the role between two hook calls at the same world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlu_prime.brain_port.models import StatSample
+
+
+@dataclass
+class _Pool:
+    steps: float = 0.0
+    step_time: float = 0.0
+    samples: float = 0.0
+    sample_time: float = 0.0
+
+    def add(self, other: _Pool) -> None:
+        self.steps += other.steps
+        self.step_time += other.step_time
+        self.samples += other.samples
+        self.sample_time += other.sample_time
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.steps / self.step_time if self.step_time > 0 else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.samples / self.sample_time if self.sample_time > 0 else None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    role: str
+    world_size: int
+    steps_per_s: float | None
+    samples_per_s: float | None
+
+
+@dataclass
+class _RoleMeter:
+    last_step: dict[str, tuple[int, float, int]] = field(default_factory=dict[str, tuple[int, float, int]])
+    last_samples: tuple[float, int] | None = None
+    total: dict[int, _Pool] = field(default_factory=dict[int, _Pool])
+    window: dict[int, _Pool] = field(default_factory=dict[int, _Pool])
+
+    def pool(self, size: int) -> tuple[_Pool, _Pool]:
+        return self.total.setdefault(size, _Pool()), self.window.setdefault(size, _Pool())
+
+
+class ThroughputMeter:
+    def __init__(self) -> None:
+        self._roles: dict[str, _RoleMeter] = {}
+
+    def observe_step(self, role: str, actor: str, step: int, now: float, world_size: int) -> None:
+        meter = self._roles.setdefault(role, _RoleMeter())
+        before = meter.last_step.get(actor)
+        meter.last_step[actor] = (step, now, world_size)
+        if before is None:
+            return
+        last, then, size = before
+        if size != world_size or step <= last or now <= then:
+            return  # a resize or a restart in between: not a measurement
+        for pool in meter.pool(world_size):
+            pool.steps += step - last
+            pool.step_time += now - then
+
+    def observe_samples(self, role: str, count: int, now: float, world_size: int) -> None:
+        """`count` samples the role consumed since the previous call (the samples hook)."""
+        meter = self._roles.setdefault(role, _RoleMeter())
+        before, meter.last_samples = meter.last_samples, (now, world_size)
+        if before is None or before[1] != world_size or now <= before[0]:
+            return
+        for pool in meter.pool(world_size):
+            pool.samples += count
+            pool.sample_time += now - before[0]
+
+    def forget_actor(self, role: str, actor: str) -> None:
+        """An actor that left (or restarts): its next heartbeat starts afresh."""
+        meter = self._roles.get(role)
+        if meter:
+            meter.last_step.pop(actor, None)
+
+    def by_size(self, role: str) -> dict[int, float]:
+        """Samples/s (steps/s where no samples were counted) at each measured world size."""
+        meter = self._roles.get(role)
+        if meter is None:
+            return {}
+        out: dict[int, float] = {}
+        for size, pool in meter.total.items():
+            speed = pool.samples_per_s if pool.samples_per_s is not None else pool.steps_per_s
+            if speed is not None:
+                out[size] = speed
+        return out
+
+    def summary(self) -> list[Throughput]:
+        """Everything measured so far, per role and world size."""
+        return [
+            Throughput(role, size, pool.steps_per_s, pool.samples_per_s)
+            for role, meter in sorted(self._roles.items())
+            for size, pool in sorted(meter.total.items())
+        ]
+
+    def drain(self, now: float) -> list[StatSample]:
+        """The speed of each role since the previous drain, one sample per world size it ran at."""
+        out: list[StatSample] = []
+        for role, meter in sorted(self._roles.items()):
+            for size, pool in sorted(meter.window.items()):
+                if pool.steps_per_s is None and pool.samples_per_s is None:
+                    continue
+                out.append(
+                    StatSample(
+                        time=now,
+                        kind="throughput",
+                        role=role,
+                        world_size=size,
+                        steps_per_s=pool.steps_per_s,
+                        samples_per_s=pool.samples_per_s,
+                    )
+                )
+            meter.window.clear()
+        return out

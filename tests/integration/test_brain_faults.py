@@ -1,0 +1,158 @@
+"""Brain faults injected for real: the Brain process SIGKILLed while a job reports (statistics
+buffered in the job, nothing lost, a restarted Brain resumes its administrators from the
+database), and the PostgreSQL server stopped and started again under a running Brain."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dlu_brain.db import BrainDatabase
+from dlu_brain.testing.postgres import PostgresServer, PostgresUnavailable
+from dlu_prime.brain_port import BrainClient, BrainMode, JobRegistration, RoleShape, StatSample
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class BrainProcess:
+    def __init__(self, db_url: str, port: int, log: Path) -> None:
+        self.db_url, self.port, self.log = db_url, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        out = open(self.log, "ab")  # noqa: SIM115 - the child writes it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dlu_brain", "--db", self.db_url, "--port", str(self.port)],
+            stdout=out, stderr=out,
+        )  # fmt: skip
+        out.close()
+        deadline = time.monotonic() + 60
+        while not re.search(
+            rf"Brain serving at http://127.0.0.1:{self.port}", self.log.read_text(errors="replace")
+        ):
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+def registration() -> JobRegistration:
+    shape = RoleShape(kind="elastic", size=2, min_size=1, max_size=4, elastic=True)
+    return JobRegistration(
+        name="lm", run_id="run-1", roles={"trainer": shape}, entrypoint="t:m", config_hash="h"
+    )
+
+
+def batch(start: int, n: int) -> list[StatSample]:
+    return [StatSample(time=float(i), kind="throughput", role="trainer", world_size=2, samples_per_s=100.0)
+            for i in range(start, start + n)]  # fmt: skip
+
+
+def wait_flushed(client: BrainClient) -> None:
+    deadline = time.monotonic() + 60
+    while client.buffered or client.mode is not BrainMode.CLUSTER:
+        assert time.monotonic() < deadline, (client.buffered, client.last_error)
+        client.report([])
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def brain_db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'brain.sqlite'}"
+
+
+def test_brain_killed_statistics_buffered_and_resumed(tmp_path: Path, brain_db: str) -> None:
+    brain = BrainProcess(brain_db, free_port(), tmp_path / "brain.log")
+    brain.start()
+    client = BrainClient(f"http://127.0.0.1:{brain.port}", retry_min_s=0.05, retry_max_s=0.2, timeout_s=2)
+    try:
+        client.job_started(registration())
+        client.report(batch(0, 5))
+        assert client.mode is BrainMode.CLUSTER and client.buffered == 0
+        brain.kill()
+        client.report(batch(5, 20))  # the job goes on: nothing raised, all kept
+        assert client.mode is BrainMode.SINGLE_JOB
+        client.report(batch(25, 20))  # reported while in single-job mode: kept too
+        assert client.buffered == 40
+        assert client.plan() is None
+        brain.start()  # same database, same port: the administrator is taken back
+        wait_flushed(client)
+        plan = client.plan()
+        assert plan is not None and plan.job == "lm"
+    finally:
+        client.close()
+        brain.stop()
+    db = BrainDatabase(brain_db)
+    job = db.find_job("lm", "run-1")
+    assert job is not None
+    assert len(db.samples(job.id)) == 45 and client.dropped == 0
+    assert "resumed 1 administrators" in (tmp_path / "brain.log").read_text()
+    db.close()
+
+
+def test_the_buffer_is_bounded_and_counts_what_it_drops(tmp_path: Path) -> None:
+    client = BrainClient(f"http://127.0.0.1:{free_port()}", buffer_limit=10, retry_min_s=60)
+    client.job_started(registration())
+    client.report(batch(0, 25))
+    assert (client.buffered, client.dropped, client.mode) == (10, 15, BrainMode.SINGLE_JOB)
+    client.close()
+
+
+@pytest.fixture
+def postgres() -> Iterator[PostgresServer]:
+    try:
+        server = PostgresServer()
+        server.start()
+    except PostgresUnavailable as exc:
+        pytest.skip(f"no PostgreSQL server can be started here: {exc}")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_database_stopped_and_restarted(tmp_path: Path, postgres: PostgresServer) -> None:
+    brain = BrainProcess(postgres.url, free_port(), tmp_path / "brain.log")
+    brain.start()
+    client = BrainClient(f"http://127.0.0.1:{brain.port}", retry_min_s=0.05, retry_max_s=0.2, timeout_s=5)
+    try:
+        client.job_started(registration())
+        client.report(batch(0, 5))
+        assert client.buffered == 0
+        postgres.stop()  # the database server process, by its PID
+        client.report(batch(5, 20))
+        assert client.mode is BrainMode.SINGLE_JOB and client.buffered == 20
+        assert "503" in client.last_error
+        postgres.start()
+        wait_flushed(client)
+    finally:
+        client.close()
+        brain.stop()
+    db = BrainDatabase(postgres.url)
+    job = db.find_job("lm", "run-1")
+    assert job is not None and len(db.samples(job.id)) == 25
+    db.close()
