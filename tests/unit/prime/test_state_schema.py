@@ -188,7 +188,7 @@ def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     manager = PrimeManager.self_recover(old.spec, sim, store, clock=clock)
     assert manager is not None and manager.token == token + 1
     assert manager.state.master_restart_count == 1
-    manager.recovery.resume()
+    manager.resume_in_flight()
     assert manager.state.failover is None
     sim.beat()
     manager.monitor_once()
