@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,8 +28,6 @@ from dlu_api.status import JobEvent, JobStage, JobStatus
 from dlu_api.vocabulary import EventKind, InPlaceDecision, Tier
 from dlu_prime.extension import Extension
 from dlu_prime.master.changes import Change, Note, StageChanged, apply_change
-from dlu_prime.master.core import Decision, decide
-from dlu_prime.master.core.commands import Command, Purpose, RunChecks
 from dlu_prime.master.core.events import (
     Event,
     InPlaceReported,
@@ -62,6 +59,7 @@ from dlu_prime.master.lifecycle import (
     sub_masters,
 )
 from dlu_prime.master.liveness import Liveness
+from dlu_prime.master.loop import DecisionLoop
 from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.master.monitor import Assessment, Failure, assess
 from dlu_prime.master.persistence import StateWriter
@@ -82,9 +80,6 @@ STATUS_LOCK_WAIT_S = 0.5
 
 Clock = Callable[[], float]
 ChangeHook = Callable[["PrimeManager", Change, list[JobEvent]], None]
-
-# Chains a stop cancels: what they still had queued is not run once the job is stopping.
-_CANCELLED_BY_STOP = frozenset({Purpose.PREPARE, Purpose.START, Purpose.FAILOVER, Purpose.SELF_RECOVER})
 
 __all__ = [
     "EXIT_FAILED",
@@ -123,6 +118,13 @@ class PrimeManager:
             self.liveness.forget, self._ask_stop, self.wake, lambda: sub_masters(self.state)
         )
         self.executor = Executor(scheduler, callbacks, extension, clock, sub_master_timeout_s)
+        self.loop = DecisionLoop(
+            StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake),
+            self.executor.run,
+            clock,
+            lambda: self._stop_request,
+            lambda: self.writer.retain(self.state.job),
+        )
         port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake)
         # elastic roles with a MIN:MAX range: shrink and grow
         self.elastic = ElasticResizer(
@@ -288,57 +290,9 @@ class PrimeManager:
 
     # the loop: event -> decide -> apply -> execute -> outcome ---------------------------------
     def handle(self, event: Event) -> Any:
-        """Decide `event` and everything that follows from it, to the end of the chain: each
-        decision is made and applied (saved) under the lock, its commands run outside it, and
-        each command's outcome is decided before the next command runs. Returns the decision's
-        answer for a caller on another thread (an in-place verdict), or raises its error."""
-        work: deque[Event | Command] = deque([event])
-        reply: Any = None
-        while work:
-            item = work.popleft()
-            if isinstance(item, Event):
-                decision = self._decide(item)
-                if decision.reply is not None:
-                    reply = decision.reply
-                if decision.error is not None:
-                    raise decision.error
-                work.extendleft(reversed(decision.commands))
-                continue
-            command = self._pre_empted(item)
-            if command is None:
-                continue
-            if isinstance(command, StopRequested):
-                work.appendleft(command)
-                continue
-            work.appendleft(self.executor.run(command))
-        return reply
-
-    def _decide(self, event: Event) -> Decision:
-        """One decision and the ones that follow at once from the state it leaves, applied."""
-        with self.lock:
-            decision = decide(self.state, event, self.clock())
-            if decision.changes:
-                self.apply(*decision.changes)
-            while decision.follow is not None:
-                more = decide(self.state, decision.follow, self.clock())
-                if more.changes:
-                    self.apply(*more.changes)
-                decision = replace(decision.then(more), follow=more.follow)
-        for line in decision.log:
-            logger.info("job %s: %s", self.state.job, line)
-        if any(isinstance(c, StageChanged) and c.stage is JobStage.STOPPED for c in decision.changes):
-            self.writer.retain(self.state.job)
-        return decision
-
-    def _pre_empted(self, command: Command) -> Command | StopRequested | None:
-        """The command to run: a stop asked for after placement comes before the checks; what a
-        stopped chain still had queued is not run."""
-        purpose = getattr(command, "purpose", None)
-        if isinstance(command, RunChecks) and purpose is Purpose.PREPARE and self._stop_request is not None:
-            return StopRequested(EXIT_STOPPED, self._stop_request)
-        if purpose in _CANCELLED_BY_STOP and self.state.stage in (JobStage.STOPPING, JobStage.STOPPED):
-            return None
-        return command
+        """Decide `event` and every outcome that follows, to the end of its chain (`loop.py`).
+        Returns the answer for a caller on another thread, or raises its error."""
+        return self.loop.handle(event)
 
     # control from other threads ----------------------------------------------------------------
     def request_stop(self, reason: str = "stopped by user request") -> None:
