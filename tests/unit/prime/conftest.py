@@ -309,7 +309,7 @@ class FakeScheduler(Scheduler):
         if method == "failover":
             names, reason = args
             assert self.manager is not None, "set scheduler.manager to let SubMasters call back"
-            self.manager.recovery.restart_actors(list(names), reason)
+            self.manager.restart_actors(list(names), reason)
             self.start(list(names))
         elif method == "recover_running":
             self.actors[name].stage = ActorStage.RUNNING

@@ -308,9 +308,9 @@ def test_node_max_restart_stops_the_job_naming_the_node(make_manager: ManagerFac
 def test_in_place_restart_limit_stops_the_job(make_manager: ManagerFactory) -> None:
     manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
     running(manager, sched)
-    first = manager.recovery.note_inplace_restart("train", "rank 1 exited 1", E1)
+    first = manager.note_inplace_restart("train", "rank 1 exited 1", E1)
     assert first.verdict is InPlaceVerdict.RESTART
-    refused = manager.recovery.note_inplace_restart("train", "rank 0 exited 1", E0)
+    refused = manager.note_inplace_restart("train", "rank 0 exited 1", E0)
     assert refused.verdict is InPlaceVerdict.STOP and "max_restart=1" in refused.reason
     assert f"culprit: {E0}" in refused.reason
     manager.monitor_once()
@@ -347,7 +347,7 @@ def test_manager_save_load_keeps_counters_and_the_in_flight_failover(
     assert loaded is not None
     again = PrimeManager(JobState.loads(loaded.data), sched, store, loaded.token, clock=manager.clock)
     sched.manager = again
-    again.recovery.resume()
+    again.resume_in_flight()
     assert again.state.failover is None
     assert again.state.roles["train"].restart_count == 1  # not counted twice
     assert again.state.actors[E1].restart_count == 1
@@ -367,9 +367,7 @@ def test_a_recovered_job_finishes_normally(make_manager: ManagerFactory) -> None
 def test_in_place_restart_is_counted_once_on_the_reporting_rank(make_manager: ManagerFactory) -> None:
     manager, sched = make_manager(roles=[elastic_role()])
     running(manager, sched)
-    decision = manager.recovery.note_inplace_restart(
-        "train", "round 1: job.train.1 exited 1: ValueError: boom", E1
-    )
+    decision = manager.note_inplace_restart("train", "round 1: job.train.1 exited 1: ValueError: boom", E1)
     assert decision.verdict is InPlaceVerdict.RESTART
     assert manager.state.roles["train"].inplace_restart_count == 1
     (event,) = [e for e in manager.state.events if e.kind == "inplace_restart"]
@@ -382,9 +380,7 @@ def test_a_peer_error_after_a_rank_actor_died_joins_that_fault(make_manager: Man
     manager, sched = make_manager(roles=[elastic_role(max_restart=1)])
     running(manager, sched)
     sched.set(E1, {"stage": None, "error": "actor died: SIGKILL"})
-    decision = manager.recovery.note_inplace_restart(
-        "train", "job.train.0 exited 1: Connection closed by peer", E0
-    )
+    decision = manager.note_inplace_restart("train", "job.train.0 exited 1: Connection closed by peer", E0)
     assert decision.verdict is InPlaceVerdict.JOIN and E1 in decision.reason
     assert manager.state.roles["train"].inplace_restart_count == 0
     (joined,) = [e for e in manager.state.events if e.kind == "joined_recovery"]
@@ -404,7 +400,7 @@ def test_reports_while_a_failover_of_the_role_is_in_flight_join_it(make_manager:
 
     def peer_reports(s: FakeScheduler) -> None:  # the SubMaster's failover makes the peers fail
         joined.append(
-            manager.recovery.note_inplace_restart(
+            manager.note_inplace_restart(
                 "train", "job.train.0 exited 1: gloo: Connection closed by peer", E0
             ).verdict
         )
@@ -429,7 +425,7 @@ def test_a_hang_during_a_failover_of_its_role_is_counted_once_on_the_hung_rank(
 
     def hang_report(s: FakeScheduler) -> None:
         hang = "round 1: job.train.0 exited -9: training step stuck at 20 for 8.0s (hang timeout 8s)"
-        decisions.append(manager.recovery.note_inplace_restart("train", hang, E0))
+        decisions.append(manager.note_inplace_restart("train", hang, E0))
 
     sched.on("call", hang_report)
     sched.set(E1, {"stage": ActorStage.INIT, "reconstructed": True})
@@ -452,7 +448,7 @@ def test_an_own_crash_while_a_peer_is_dead_is_counted_and_joins_its_failover(
     manager, sched = make_manager(roles=[elastic_role()])
     running(manager, sched)
     sched.set(E1, {"stage": None, "error": "actor died: SIGKILL"})
-    decision = manager.recovery.note_inplace_restart("train", "job.train.0 exited 1: ValueError: boom", E0)
+    decision = manager.note_inplace_restart("train", "job.train.0 exited 1: ValueError: boom", E0)
     assert decision.verdict is InPlaceVerdict.JOIN and decision.counted
     assert manager.state.roles["train"].inplace_restart_count == 1
 
@@ -463,14 +459,14 @@ def test_a_report_from_a_rank_the_failover_replaces_joins_it(make_manager: Manag
     manager.state.failover = FailoverRecord(
         tier=Tier.ROLE, role="train", actors=[E1], reason="E1 died", started_at=0.0, culprit=E1
     )
-    decision = manager.recovery.note_inplace_restart("train", "job.train.1 exited -9", E1)
+    decision = manager.note_inplace_restart("train", "job.train.1 exited -9", E1)
     assert decision.verdict is InPlaceVerdict.JOIN and not decision.counted
     assert manager.state.roles["train"].inplace_restart_count == 0
 
 
 def test_reports_outside_running_join_the_restart_under_way(make_manager: ManagerFactory) -> None:
     manager, _ = make_manager(roles=[elastic_role()])
-    decision = manager.recovery.note_inplace_restart("train", "exited 1", E0)  # INIT: not started yet
+    decision = manager.note_inplace_restart("train", "exited 1", E0)  # INIT: not started yet
     assert decision.verdict is InPlaceVerdict.JOIN
     assert manager.state.roles["train"].inplace_restart_count == 0
 
@@ -579,6 +575,6 @@ def test_a_late_own_fault_is_counted_without_a_restart_of_its_own(make_manager: 
     manager, sched = make_manager(roles=[elastic_role()])
     running(manager, sched)
     hang = "round 1: job.train.0 exited -9: training process sent no heartbeat for 4.0s"
-    decision = manager.recovery.note_inplace_restart("train", hang, E0, recovered=True)
+    decision = manager.note_inplace_restart("train", hang, E0, recovered=True)
     assert decision.verdict is InPlaceVerdict.JOIN and decision.counted
     assert manager.state.roles["train"].inplace_restart_count == 1

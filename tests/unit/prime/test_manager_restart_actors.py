@@ -15,7 +15,7 @@ def test_restart_is_counted_and_saved_before_the_scheduler_acts(make_manager: An
     manager, scheduler = make_manager()
     name = next(iter(manager.state.actors))
     role = manager.state.actors[name].role
-    manager.recovery.restart_actors([name], "node check: faulty")
+    manager.restart_actors([name], "node check: faulty")
     (call,) = scheduler.calls_to("restart")
     assert call.stored is not None  # the count was saved before the scheduler replaced the actor
     assert call.stored.actors[name].restart_count == 1
@@ -35,9 +35,9 @@ def test_restart_beyond_max_restart_is_refused_and_changes_nothing(
 ) -> None:
     manager, scheduler = make_manager(spec=make_spec(roles=[make_role("worker", 2, max_restart=1)]))
     names = sorted(manager.state.actors)
-    manager.recovery.restart_actors(names[:1], "first")
+    manager.restart_actors(names[:1], "first")
     with pytest.raises(RestartLimitError, match="max_restart=1"):
-        manager.recovery.restart_actors(names[1:], "second")
+        manager.restart_actors(names[1:], "second")
     assert manager.state.actors[names[1]].restart_count == 0
     assert len(scheduler.calls_to("restart")) == 1
 
@@ -45,4 +45,4 @@ def test_restart_beyond_max_restart_is_refused_and_changes_nothing(
 def test_unknown_actor_is_refused(make_manager: Any) -> None:
     manager, _ = make_manager()
     with pytest.raises(KeyError):
-        manager.recovery.restart_actors(["nope.worker.9"], "x")
+        manager.restart_actors(["nope.worker.9"], "x")

@@ -23,6 +23,7 @@ from dlu_prime.master.schema import (
     migrate_1_to_2,
     migrate_2_to_3,
     migrate_3_to_4,
+    migrate_4_to_5,
     upgrade,
 )
 from dlu_prime.master.state import MAX_EVENTS, JobState
@@ -36,6 +37,7 @@ FIRST_WAVE = "job_state_v1.json"
 LATE_V1 = "job_state_v1_failover.json"
 V2 = "job_state_v2.json"
 V3 = "job_state_v3.json"
+V4 = "job_state_v4.json"
 TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
 
 
@@ -119,7 +121,7 @@ def test_late_v1_document_with_a_failover_in_flight_loads_field_by_field() -> No
     )
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4])
 def test_migration_writes_every_field_of_the_current_shape(name: str) -> None:
     """Explicit defaults, so the next migration can rely on every field being there."""
     original = _document(name)
@@ -155,7 +157,7 @@ def test_a_document_from_a_newer_dlu_prime_is_refused_naming_both_versions() -> 
     assert isinstance(info.value, ValueError)  # callers that catch ValueError keep working
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4])
 def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     store = MemoryStateStore()
     store.put("lm", (FIXTURES / name).read_bytes(), None)
@@ -175,7 +177,7 @@ def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     assert stored is not None and json.loads(stored.data)["schema_version"] == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4])
 def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     """Tier 6 after an upgrade: the RUNNING job carries on, an in-flight failover is finished."""
     store = MemoryStateStore()
@@ -188,7 +190,7 @@ def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     manager = PrimeManager.self_recover(old.spec, sim, store, clock=clock)
     assert manager is not None and manager.token == token + 1
     assert manager.state.master_restart_count == 1
-    manager.recovery.resume()
+    manager.resume_in_flight()
     assert manager.state.failover is None
     sim.beat()
     manager.monitor_once()
@@ -218,7 +220,7 @@ def test_a_migration_never_shares_state_with_its_input() -> None:
     assert copy.deepcopy(migrated) == migrated
 
 
-@pytest.mark.parametrize("name", [V2, V3])
+@pytest.mark.parametrize("name", [V2, V3, V4])
 def test_a_document_before_v4_gets_event_positions_and_its_first_failure(name: str) -> None:
     document = _document(name)
     state = _load(name)
@@ -249,3 +251,17 @@ def test_a_v3_document_keeps_its_resize_fields_and_gains_event_positions() -> No
     assert upgraded["schema_version"] == 4 and document == _document(V3)
     assert upgraded["resize"] is None and {r["resize_count"] for r in upgraded["roles"].values()} == {0}
     assert _load(V3).to_status() == _load(V2).to_status()
+
+
+def test_a_v4_document_gains_the_request_and_resize_fields_of_schema_5() -> None:
+    document = _document(V4)
+    for name in ("requests",):
+        document.pop(name, None)  # a version-4 document written before the field was added
+    for role in document["roles"].values():
+        role.pop("target_nodes", None)
+        role.pop("last_resize_at", None)
+    upgraded = migrate_4_to_5(document)
+    assert upgraded["schema_version"] == 5 and "requests" not in document
+    assert upgraded["requests"] == {}
+    assert {(r["target_nodes"], r["last_resize_at"]) for r in upgraded["roles"].values()} == {(None, None)}
+    assert _load(V4).to_status() == _load(V3).to_status()

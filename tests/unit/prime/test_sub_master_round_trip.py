@@ -21,7 +21,7 @@ E1 = "job.train.1"
 def test_the_sub_master_failover_call_carries_the_timeout(make_manager: ManagerFactory) -> None:
     manager, sched = make_manager(roles=[elastic_role()])
     sched.manager = manager
-    manager.recovery.sub_master_timeout_s = 42.0
+    manager.executor.sub_master_timeout_s = 42.0
     running(manager, sched)
     sched.set(E1, {"stage": None})
     manager.monitor_once()

@@ -115,7 +115,7 @@ class PrimeMaster:
         if seen is not None:
             old_size, new_size = seen.old_size, seen.new_size
         else:
-            plan = resizer.request(role, size, request_id=request_id)
+            plan = self.manager.request_scale(role, size, request_id=request_id)
             if plan.old_size == plan.new_size:
                 return {
                     "role": role,
@@ -152,7 +152,7 @@ class PrimeMaster:
         return self.manager.registry.lookup(key)
 
     def restart_actors(self, names: list[str], reason: str) -> None:
-        self.manager.recovery.restart_actors(names, reason)
+        self.manager.restart_actors(names, reason)
 
     def role_finished(self, role: str) -> bool:
         """Asked by a SubMaster as it is set up (again): have all its role's workers finished?"""
@@ -171,7 +171,7 @@ class PrimeMaster:
     def note_inplace_restart(
         self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False
     ) -> InPlaceDecision:
-        return self.manager.recovery.note_inplace_restart(role, message, agent, error, recovered)
+        return self.manager.note_inplace_restart(role, message, agent, error, recovered)
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(
@@ -189,7 +189,7 @@ class PrimeMaster:
             steps = self.manager.debug.steps()
             return {name: steps.get(name) for name in names}
         if action == "mark_unhealthy":
-            self.manager.debug.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)", request_id)
+            self.manager.mark_unhealthy(names, "marked unhealthy for testing (dlu debug)", request_id)
             return {name: "marked unhealthy" for name in names}
         if action == "set_step":
             if step is None:

@@ -3,19 +3,24 @@ unhealthy (judged as error reports at the next monitoring pass)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from dlu_api.vocabulary import FailureKind
 from dlu_prime.master.monitor import Failure
+from dlu_prime.master.ports import StatePort
 from dlu_prime.master.state import SUB_MASTER_RANK, RequestOutcome, remember_request
-
-if TYPE_CHECKING:
-    from dlu_prime.master.manager import PrimeManager
 
 
 class DebugTools:
-    def __init__(self, manager: PrimeManager) -> None:
-        self._manager = manager
+    def __init__(
+        self,
+        port: StatePort,
+        inject: Callable[[Sequence[Failure]], None],
+        steps: Callable[[], dict[str, int]],
+    ) -> None:
+        self._port = port
+        self._inject = inject
+        self._steps = steps
 
     def worker_names(self, role: str, rank: int | None = None) -> list[str]:
         """A role's workers (or one rank).
@@ -23,9 +28,8 @@ class DebugTools:
         Raises:
             ValueError: no such role or rank.
         """
-        manager = self._manager
-        with manager.lock:
-            state = manager.state
+        with self._port.lock:
+            state = self._port.state()
             known = [r.name for r in state.spec.roles]
             if role not in known:
                 raise ValueError(f"job {state.job} has no role {role!r}; roles: {', '.join(known)}")
@@ -45,28 +49,28 @@ class DebugTools:
         With `request_id`, at most once: the id is saved before the mark, so a request retried
         after this PrimeMaster was rebuilt is not marked again. Returns whether it was marked now.
         """
-        manager = self._manager
-        with manager.lock:
+        with self._port.lock:
+            state = self._port.state()
             if request_id is not None:
-                if request_id in manager.state.requests:
+                if request_id in state.requests:
                     return False
-                role = manager.state.actors[names[0]].role if names else ""
+                role = state.actors[names[0]].role if names else ""
                 outcome = RequestOutcome(action="mark_unhealthy", role=role, actors=names, message=message)
-                remember_request(manager.state, request_id, outcome)
-                manager.save()
+                remember_request(state, request_id, outcome)
+                self._port.save()
             failures = [
                 Failure(
                     name,
-                    manager.state.actors[name].role,
+                    state.actors[name].role,
                     FailureKind.ERROR_REPORT,
                     message,
-                    manager.state.actors[name].node_id,
+                    state.actors[name].node_id,
                 )
                 for name in names
             ]
-        manager.inject(failures)
+        self._inject(failures)
         return True
 
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""
-        return self._manager.steps()
+        return self._steps()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from dlu_api.spec.models import RoleKind, RoleSpec
 from dlu_api.status import JobStage
 from dlu_prime.master.causality import caused_by_loss
-from dlu_prime.master.resize import ResizePlan, ScaleError
+from dlu_prime.master.resize_plan import ResizePlan, ScaleError, StartedWithout
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 from dlu_prime.naming import actor_name
 
@@ -240,3 +240,23 @@ def plan_elastic_scale(state: JobState, role: str, size: int) -> ResizePlan:
     count = spec.total // spec.per_group
     free = [k for k in range(count) if k not in nodes][: size - len(nodes)]
     return _plan(state, role, nodes, free)
+
+
+def unplaced_elastic(state: JobState, nodes: Mapping[str, str | None]) -> list[StartedWithout]:
+    """After placement: the actors of elastic roles' nodes Ray could not place in time (not in
+    `nodes`) leave the state; the role starts with the others and grows later."""
+    missing: list[str] = []
+    parts: list[str] = []
+    for spec in elastic_roles(state):
+        names = [n for n, a in state.actors.items() if a.role == spec.name and a.rank != SUB_MASTER_RANK]
+        absent = [n for n in names if n not in nodes]
+        if absent:
+            per = spec.per_group
+            have = len({state.actors[n].rank // per for n in names if n in nodes})
+            assert spec.elastic is not None
+            parts.append(
+                f"role {spec.name} starts with {have} of {spec.elastic.max_nodes} node(s) "
+                f"(nnodes {spec.elastic.nnodes}); it keeps asking Ray for the others"
+            )
+            missing.extend(absent)
+    return [StartedWithout(tuple(missing), "; ".join(parts))] if missing else []

@@ -15,9 +15,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlu_api.vocabulary import DEATH_KINDS, ActorStage, EventKind
 from dlu_prime.master.changes import ActorsPlaced, Note
@@ -31,16 +31,15 @@ from dlu_prime.master.elastic_policy import (
     judge_loss,
     missing_nodes,
     role_nodes,
+    unplaced_elastic,
 )
 from dlu_prime.master.lifecycle import EXIT_FAILED, FencedError, gone
 from dlu_prime.master.monitor import Assessment
-from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout
-from dlu_prime.master.state import SUB_MASTER_RANK, JobState, ResizeRecord
+from dlu_prime.master.ports import StatePort
+from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded
+from dlu_prime.master.state import SUB_MASTER_RANK, ResizeRecord
 from dlu_prime.naming import sub_master_name
-from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, SchedulingError
-
-if TYPE_CHECKING:
-    from dlu_prime.master.manager import PrimeManager
+from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 
 logger = logging.getLogger(__name__)
 
@@ -53,29 +52,23 @@ class SubMasterAway(Exception):
     that failed here would hand healthy survivors to a role failover and a job restart."""
 
 
-def unplaced_elastic(state: JobState, nodes: Mapping[str, str | None]) -> list[StartedWithout]:
-    """After placement: the actors of elastic roles' nodes Ray could not place in time (not in
-    `nodes`) leave the state; the role starts with the others and grows later."""
-    missing: list[str] = []
-    parts: list[str] = []
-    for spec in elastic_roles(state):
-        names = [n for n, a in state.actors.items() if a.role == spec.name and a.rank != SUB_MASTER_RANK]
-        absent = [n for n in names if n not in nodes]
-        if absent:
-            per = spec.per_group
-            have = len({state.actors[n].rank // per for n in names if n in nodes})
-            assert spec.elastic is not None
-            parts.append(
-                f"role {spec.name} starts with {have} of {spec.elastic.max_nodes} node(s) "
-                f"(nnodes {spec.elastic.nnodes}); it keeps asking Ray for the others"
-            )
-            missing.extend(absent)
-    return [StartedWithout(tuple(missing), "; ".join(parts))] if missing else []
+__all__ = ["ElasticResizer", "SubMasterAway", "unplaced_elastic"]
 
 
 class ElasticResizer:
-    def __init__(self, manager: PrimeManager) -> None:
-        self._manager = manager
+    def __init__(
+        self,
+        port: StatePort,
+        scheduler: Scheduler,
+        has_extension: Callable[[], bool],
+        finish: Callable[[int, str], None],
+        forget_liveness: Callable[[], None],
+    ) -> None:
+        self._port = port
+        self._scheduler = scheduler
+        self._has_extension = has_extension  # an Extension replaces lost nodes: no shrink
+        self._finish = finish  # stop the job (below MIN past the wait)
+        self._forget_liveness = forget_liveness
         self._gone_since: dict[str, float] = {}  # actor -> first pass it was seen gone
         self._noted: set[tuple[str, tuple[int, ...]]] = set()  # (role, lost nodes) said below MIN
         self._waiting: set[str] = set()  # roles whose resize waits for their SubMaster (said once)
@@ -86,8 +79,7 @@ class ElasticResizer:
     ) -> Assessment:
         """Take the failures of possibly lost nodes out of this pass; begin a shrink for a node
         lost for good. Failures it does not hold go on to the failover ladder unchanged."""
-        m = self._manager
-        state = m.state
+        state = self._port.state()
         roles = elastic_roles(state)
         if not roles:
             return result
@@ -104,7 +96,7 @@ class ElasticResizer:
             self._noted.clear()
             return result
         nodes = {state.actors[n].node_id for n in down if n in state.actors} - {None}
-        dead = m.scheduler.dead_nodes([n for n in nodes if n is not None]) if nodes else set[str]()
+        dead = self._scheduler.dead_nodes([n for n in nodes if n is not None]) if nodes else set[str]()
         held: set[str] = set()
         for spec in roles:
             mine = {n: t for n, t in self._gone_since.items() if state.actors[n].role == spec.name}
@@ -115,7 +107,7 @@ class ElasticResizer:
                 return Assessment()
             if verdict.below_min is not None and (spec.name, verdict.lost) not in self._noted:
                 self._noted.add((spec.name, verdict.lost))
-                m.apply(Note(EventKind.ELASTIC_BELOW_MIN, verdict.below_min, spec.name))
+                self._port.apply(Note(EventKind.ELASTIC_BELOW_MIN, verdict.below_min, spec.name))
             if verdict.shrink is not None:
                 lost = ", ".join(f"node {k}" for k in verdict.lost)
                 marked = any(state.actors[n].node_id in dead for n in verdict.shrink.removed)
@@ -125,8 +117,8 @@ class ElasticResizer:
                 placed = f"; node(s) {', '.join(map(str, joining))} placed" if joining else ""
                 first_seen = min((mine[n] for n in verdict.shrink.removed if n in mine), default=now)
                 forgiven = forgiven_by_loss(state, spec.name, first_seen, verdict.shrink.removed)
-                m.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}{placed}", forgiven))
-                m.wake()
+                self._port.apply(ResizeBegan(verdict.shrink, f"{NODE_LOST}: {lost}, {why}{placed}", forgiven))
+                self._port.wake()
         if not held:
             return result
         kept = tuple(f for f in result.failures if f.actor not in held)
@@ -134,41 +126,44 @@ class ElasticResizer:
 
     def _judge(self, role: str, gone_since: Mapping[str, float], dead: set[str], now: float) -> LossVerdict:
         """`judge_loss`; below MIN, judged again with the missing nodes Ray placed meanwhile."""
-        m = self._manager
-        has_extension = m.extension is not None
-        verdict = judge_loss(m.state, role, gone_since, dead, now, has_extension)
+        has_extension = self._has_extension()
+        verdict = judge_loss(self._port.state(), role, gone_since, dead, now, has_extension)
         if verdict.below_min is None or verdict.shrink is not None:
             return verdict
-        spec = m.state.spec.role(role)
-        have = role_nodes(m.state, role)
+        spec = self._port.state().spec.role(role)
+        have = role_nodes(self._port.state(), role)
         free = [k for k in range(spec.total // spec.per_group) if k not in have]
         try:
-            placed = m.scheduler.placed_nodes(role, free) if free else []
+            placed = self._scheduler.placed_nodes(role, free) if free else []
         except Exception:
-            logger.exception("job %s: asking Ray for role %s's nodes failed", m.state.job, role)
+            logger.exception("job %s: asking Ray for role %s's nodes failed", self._port.state().job, role)
             return verdict
-        return judge_loss(m.state, role, gone_since, dead, now, has_extension, placed) if placed else verdict
+        return (
+            judge_loss(self._port.state(), role, gone_since, dead, now, has_extension, placed)
+            if placed
+            else verdict
+        )
 
     def _stop_below_min(self, role: str, verdict: LossVerdict, gone_since: Mapping[str, float]) -> None:
         """Past the wait below MIN: the loss counted once on the lost node, then the job stops
         with what one node needs against what the cluster has free."""
-        m = self._manager
         assert verdict.stop is not None and verdict.culprit is not None
         try:
-            needs = m.scheduler.node_needs(role)
+            needs = self._scheduler.node_needs(role)
         except Exception:
-            logger.exception("job %s: asking Ray what role %s's nodes need failed", m.state.job, role)
+            logger.exception(
+                "job %s: asking Ray what role %s's nodes need failed", self._port.state().job, role
+            )
             needs = ""
         reason = f"{verdict.stop}; {needs}" if needs else verdict.stop
-        lost = [n for n in gone_since if m.state.actors[n].role == role]
-        forgiven = forgiven_by_loss(m.state, role, gone_since[verdict.culprit], lost)
-        m.apply(FellBelowMin(role, verdict.culprit, verdict.below_min or verdict.stop, forgiven))
-        m.finish(EXIT_FAILED, reason)
+        lost = [n for n in gone_since if self._port.state().actors[n].role == role]
+        forgiven = forgiven_by_loss(self._port.state(), role, gone_since[verdict.culprit], lost)
+        self._port.apply(FellBelowMin(role, verdict.culprit, verdict.below_min or verdict.stop, forgiven))
+        self._finish(EXIT_FAILED, reason)
 
     def tick(self, now: float) -> None:
         """Begin a growth onto nodes Ray placed for a role below its target (rate-limited)."""
-        m = self._manager
-        state = m.state
+        state = self._port.state()
         judging = {state.actors[n].role for n in self._gone_since if n in state.actors}
         for spec in elastic_roles(state):
             missing = missing_nodes(state, spec.name)
@@ -180,27 +175,28 @@ class ElasticResizer:
             if last is not None and now - last < spec.elastic.resize_interval_s:
                 continue  # not even asking Ray: at most one automatic resize per interval
             try:
-                placed = m.scheduler.placed_nodes(spec.name, missing)
+                placed = self._scheduler.placed_nodes(spec.name, missing)
             except Exception:
                 logger.exception("job %s: asking Ray for role %s's nodes failed", state.job, spec.name)
                 continue
-            with m.lock:
-                plan = grow_nodes(m.state, spec.name, placed, now, last)
+            with self._port.lock:
+                plan = grow_nodes(self._port.state(), spec.name, placed, now, last)
                 if plan is not None:
                     joining = sorted({rank // spec.per_group for _, rank in plan.added})
-                    m.apply(ResizeBegan(plan, f"{GROWN}: node(s) {', '.join(map(str, joining))} placed"))
+                    self._port.apply(
+                        ResizeBegan(plan, f"{GROWN}: node(s) {', '.join(map(str, joining))} placed")
+                    )
             if plan is not None:
                 return
 
     def pending(self) -> dict[str, int]:
         """Role -> nodes it still asks Ray for (`dlu status`'s pending capacity)."""
-        state = self._manager.state
+        state = self._port.state()
         return {r.name: len(missing_nodes(state, r.name)) for r in elastic_roles(state)}
 
     # acting ------------------------------------------------------------------------------------
     def run(self, record: ResizeRecord) -> None:
         """Carry out the saved elastic resize; `ResizeEnded` on every path."""
-        m = self._manager
         error: str | None = None
         try:
             self._carry_out(record)
@@ -210,42 +206,43 @@ class ElasticResizer:
             if record.role not in self._waiting:
                 self._waiting.add(record.role)
                 why = f"resize of role {record.role} waits: {exc}; it goes on once the SubMaster is set up again"
-                m.apply(Note(EventKind.RESIZE_WAITING, why, record.role))
+                self._port.apply(Note(EventKind.RESIZE_WAITING, why, record.role))
             return
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            logger.exception("job %s: elastic resize of role %s failed", m.state.job, record.role)
+            logger.exception("job %s: elastic resize of role %s failed", self._port.state().job, record.role)
             if record.added:
                 try:
-                    m.scheduler.remove_actors(list(record.added))
+                    self._scheduler.remove_actors(list(record.added))
                 except Exception:
-                    logger.exception("job %s: removing the actors of a failed resize failed", m.state.job)
+                    logger.exception(
+                        "job %s: removing the actors of a failed resize failed", self._port.state().job
+                    )
         self._waiting.discard(record.role)
         for name in record.removed:
             self._gone_since.pop(name, None)
-        m.apply(ResizeEnded(error))
-        m.liveness.forget()
+        self._port.apply(ResizeEnded(error))
+        self._forget_liveness()
         if error is not None and record.removed and record.cause.startswith(NODE_LOST):
             # the survivors could not re-form: the failover ladder takes over (the role restarts)
-            m.apply(Note(EventKind.ELASTIC_REFORM_FAILED, error, record.role))
+            self._port.apply(Note(EventKind.ELASTIC_REFORM_FAILED, error, record.role))
 
     def _carry_out(self, record: ResizeRecord) -> None:
-        m = self._manager
-        state = m.state
+        state = self._port.state()
         spec = state.spec.role(record.role)
         assert spec.elastic is not None
         per = spec.per_group
         if record.removed:
             if record.cause.startswith(NODE_LOST):
-                m.scheduler.drop_actors(list(record.removed))  # gone with their node: no stop call
+                self._scheduler.drop_actors(list(record.removed))  # gone with their node: no stop call
             else:
                 leaving = sorted({state.actors[n].rank // per for n in record.removed if n in state.actors})
-                m.scheduler.remove_actors(list(record.removed))
-                m.scheduler.remove_node_groups(record.role, leaving)
+                self._scheduler.remove_actors(list(record.removed))
+                self._scheduler.remove_node_groups(record.role, leaving)
         added_ranks = [state.actors[n].rank for n in record.added]
         joining = sorted({r // per for r in added_ranks})
         if joining:
-            placed = m.scheduler.placed_nodes(record.role, joining, wait_s=spec.elastic.start_timeout_s)
+            placed = self._scheduler.placed_nodes(record.role, joining, wait_s=spec.elastic.start_timeout_s)
             if set(placed) != set(joining):
                 raise SchedulingError(
                     f"node(s) {', '.join(str(k) for k in joining if k not in placed)} of role {record.role} "
@@ -253,19 +250,19 @@ class ElasticResizer:
                 )
             waiting = [n for n in record.added if state.actors[n].stage is ActorStage.INIT]
             if waiting:
-                nodes = m.scheduler.add_actors(
+                nodes = self._scheduler.add_actors(
                     record.role, [state.actors[n].rank for n in waiting], (record.nodes or 0) * per
                 )
-                m.apply(ActorsPlaced(nodes, ActorStage.READY, fresh=True))
+                self._port.apply(ActorsPlaced(nodes, ActorStage.READY, fresh=True))
         sub = sub_master_name(state.job, record.role)
         unchecked = [r for r in added_ranks if r not in record.checked]
         if unchecked:
             self._call_sub(
                 sub, "check_nodes", unchecked, timeout_s=spec.elastic.node_check.timeout_s * 3 + 60
             )
-            with m.lock:  # saved: a PrimeMaster rebuilt from here on does not check them again
+            with self._port.lock:  # saved: a PrimeMaster rebuilt from here on does not check them again
                 record.checked = sorted({*record.checked, *unchecked})
-                m.save()
+                self._port.save()
         elif added_ranks:
             logger.info(
                 "job %s: the new node(s) of role %s passed their check already", state.job, record.role
@@ -296,16 +293,15 @@ class ElasticResizer:
         """Call the role's SubMaster, which must be the set-up incarnation: one that is dead, being
         rebuilt by Ray, or rebuilt and not set up yet (it died with the lost node, or on its own)
         raises `SubMasterAway`, before the call or when the call failed because of it."""
-        m = self._manager
         self._sub_ready(sub)
         try:
-            return m.scheduler.call(sub, method, *args, timeout_s=timeout_s)
+            return self._scheduler.call(sub, method, *args, timeout_s=timeout_s)
         except ActorSetupError:
             self._sub_ready(sub)
             raise
 
     def _sub_ready(self, sub: str) -> None:
-        seen = self._manager.scheduler.poll([sub]).get(sub)
+        seen = self._scheduler.poll([sub]).get(sub)
         if seen is None or gone(seen) or seen.unavailable:
             error = (seen.error if seen is not None else None) or "not answering"
             raise SubMasterAway(f"its SubMaster {sub} is dead or being rebuilt by Ray ({error})")

@@ -1,15 +1,17 @@
-"""PrimeManager: the job's stage machine, and the one place where the job's state changes.
+"""PrimeManager: the job's stage machine as one loop around one pure decision core.
 
-INIT -> READY -> RUNNING -> STOPPING -> STOPPED. Decisions are pure (`monitor.assess`,
-`failover.plan_failover`, `failover.judge_inplace`); what follows from them is described as
-changes (`changes.py`) and handed to `apply`, which changes the state, saves it (compare-and-set)
-before anything acts on it, and then lets its hooks react (the log, metrics). A reconstructed
-PrimeMaster therefore resumes from exactly what this one had decided; a lost compare-and-set
-means another PrimeMaster owns the job and this one must stop touching it.
+INIT -> READY -> RUNNING -> STOPPING -> STOPPED. Each input (a monitoring pass, a SubMaster's
+restart request, a rank's in-place report, a stop, a rebuilt PrimeMaster, the outcome of a
+command) is an event: `core.decide` turns it, with the recorded state, into changes and
+commands; `apply` changes the state and saves it (compare-and-set) before anything acts on it;
+the executor runs the commands outside the lock (so `status` never waits on them) and each
+outcome is decided in turn. A multi-step recovery is a chain of such decisions, and a
+reconstructed PrimeMaster resumes it from the saved state. A lost compare-and-set means another
+PrimeMaster owns the job and this one must stop touching it.
 
-Around it: `stages.py` drives the stages (the monitoring loop), `recovery.py` runs failovers,
-`setup_checks.py` the checks before a run, `registry.py` the endpoints and channels, `debug.py`
-what `dlu debug` needs, `persistence.py` the store writes.
+Around it: `executor.py` runs the commands, `resizer.py` and `elastic_resize.py` the resizes,
+`registry.py` the endpoints and channels, `debug.py` what `dlu debug` needs, `persistence.py`
+the store writes, `hooks.py` what reacts to changes (the log, metrics).
 """
 
 from __future__ import annotations
@@ -18,19 +20,28 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus
-from dlu_api.vocabulary import EventKind, Tier
+from dlu_api.vocabulary import EventKind, InPlaceDecision, Tier
 from dlu_prime.extension import Extension
-from dlu_prime.master.changes import (
-    Change,
-    Note,
-    StageChanged,
-    apply_change,
+from dlu_prime.master.changes import Change, Note, StageChanged, apply_change
+from dlu_prime.master.core.events import (
+    Event,
+    InPlaceReported,
+    MasterRebuilt,
+    PassObserved,
+    PrepareRequested,
+    RestartRequested,
+    StartRequested,
+    StopRequested,
+    Tick,
 )
 from dlu_prime.master.debug import DebugTools
 from dlu_prime.master.elastic_resize import ElasticResizer
+from dlu_prime.master.executor import SUB_MASTER_FAILOVER_TIMEOUT_S, Callbacks, Executor
 from dlu_prime.master.hooks import failover_metrics, log_stage
 from dlu_prime.master.lifecycle import (
     ALLOWED,
@@ -41,20 +52,23 @@ from dlu_prime.master.lifecycle import (
     IllegalTransition,
     RestartLimitError,
     ResumeError,
+    gone,
     new_state,
     resume_problem,
     resumed_state,
+    sub_masters,
 )
 from dlu_prime.master.liveness import Liveness
+from dlu_prime.master.loop import DecisionLoop
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.monitor import Assessment, Failure
+from dlu_prime.master.monitor import Assessment, Failure, assess
 from dlu_prime.master.persistence import StateWriter
-from dlu_prime.master.recovery import SUB_MASTER_FAILOVER_TIMEOUT_S, FailoverRunner
+from dlu_prime.master.ports import StatePort
 from dlu_prime.master.registry import Registry
+from dlu_prime.master.resize import ResizePlan, resizing
 from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.schema import refuse_newer
-from dlu_prime.master.setup_checks import SetupChecks
-from dlu_prime.master.stages import StageDriver
+from dlu_prime.master.stall_watch import StallWatch
 from dlu_prime.master.state import JobState
 from dlu_prime.scheduler.base import ActorObservation, Scheduler
 from dlu_prime.state.base import StateStore
@@ -95,19 +109,45 @@ class PrimeManager:
         self.state = state
         self.scheduler = scheduler
         self.clock = clock
-        self.extension = extension
         self.lock = threading.RLock()
         self.writer = StateWriter(store, token, self._record_unsaved, self.wake)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
         self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
-        self.recovery = FailoverRunner(self, sub_master_timeout_s)
-        self.resizer = ResizeRunner(self)  # `dlu scale`: requests saved here, run by `run`'s loop
-        self.elastic = ElasticResizer(self)  # elastic roles with a MIN:MAX range: shrink and grow
-        self.checks = SetupChecks(self)
-        self.registry = Registry(self)
-        self.debug = DebugTools(self)
         self.liveness = Liveness()
-        self.driver = StageDriver(self)  # the stage loop, and what other threads ask of it
+        callbacks = Callbacks(
+            self.liveness.forget, self._ask_stop, self.wake, lambda: sub_masters(self.state)
+        )
+        self.executor = Executor(scheduler, callbacks, extension, clock, sub_master_timeout_s)
+        self.loop = DecisionLoop(
+            StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake),
+            self.executor.run,
+            clock,
+            lambda: self._stop_request,
+            lambda: self.writer.retain(self.state.job),
+        )
+        port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake)
+        # elastic roles with a MIN:MAX range: shrink and grow
+        self.elastic = ElasticResizer(
+            port, scheduler, lambda: self.extension is not None, self.finish, self.liveness.forget
+        )
+        # `dlu scale`: requests saved here, run by `run`'s loop
+        self.resizer = ResizeRunner(port, scheduler, self.elastic.run)
+        self.registry = Registry(port)
+        self.debug = DebugTools(port, self.inject, self.steps)
+        self.stall = StallWatch()  # "nothing moves": reported, never acted on
+        self._wake = threading.Event()
+        self._stop_request: str | None = None
+        self._failed_request: str | None = None
+        self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
+
+    @property
+    def extension(self) -> Extension | None:
+        """The Extension that relaunches nodes (tier 4); the executor's port to it."""
+        return self.executor.extension
+
+    @extension.setter
+    def extension(self, extension: Extension | None) -> None:
+        self.executor.extension = extension
 
     # construction ------------------------------------------------------------------------------
     @classmethod
@@ -186,7 +226,13 @@ class PrimeManager:
         if stored is None:
             return None
         manager = cls(JobState.loads(stored.data), scheduler, store, stored.token, clock, extension)
-        manager.recovery.self_recover()
+        try:
+            manager.handle(MasterRebuilt())
+        except (FencedError, IllegalTransition):
+            raise
+        except Exception as exc:
+            logger.exception("job %s: self-recovery failed", manager.state.job)
+            manager.finish(EXIT_FAILED, f"PrimeMaster self-recovery failed: {type(exc).__name__}: {exc}")
         return manager
 
     # the one apply -----------------------------------------------------------------------------
@@ -242,25 +288,80 @@ class PrimeManager:
                 raise IllegalTransition(f"{current.value} -> {stage.value}")
             self.apply(StageChanged(stage, reason, exit_code))
 
+    # the loop: event -> decide -> apply -> execute -> outcome ---------------------------------
+    def handle(self, event: Event) -> Any:
+        """Decide `event` and every outcome that follows, to the end of its chain (`loop.py`).
+        Returns the answer for a caller on another thread, or raises its error."""
+        return self.loop.handle(event)
+
     # control from other threads ----------------------------------------------------------------
     def request_stop(self, reason: str = "stopped by user request") -> None:
-        self.driver.request_stop(reason)
+        """Stop the job: decided by its loop at its next step (woken now)."""
+        with self.lock:
+            if self._stop_request is None:
+                self._stop_request = reason
+        self._wake.set()
 
     def request_stop_failed(self, reason: str) -> None:
         """Stop the job as failed (a limit reached outside the monitoring thread)."""
-        self.driver.request_stop_failed(reason)
+        with self.lock:
+            if self._failed_request is None:
+                self._failed_request = reason
+        self._wake.set()
+
+    def _ask_stop(self, reason: str, failed: bool) -> None:
+        if failed:
+            self.request_stop_failed(reason)
+        else:
+            self.request_stop(reason)
 
     @property
     def stop_requested(self) -> bool:
-        return self.driver.stop_requested
+        return self._stop_request is not None
 
     def wake(self) -> None:
         """A pushed report (an actor restarted, an error): monitor now instead of at the next tick."""
-        self.driver.wake()
+        self._wake.set()
 
     def inject(self, failures: Sequence[Failure]) -> None:
         """Failures reported through the PrimeMaster, judged at the next pass (woken now)."""
-        self.driver.inject(failures)
+        with self.lock:
+            self._injected.extend(failures)
+        self._wake.set()
+
+    def restart_actors(self, names: list[str], reason: str) -> None:
+        """Replace actors of one or more roles (asked by a SubMaster): counted, limited and saved
+        before the scheduler acts. A failover that asks for it was counted already.
+
+        Raises:
+            KeyError: an unknown actor.
+            RestartLimitError: a role would exceed its max_restart; nothing was restarted.
+        """
+        self.handle(RestartRequested(tuple(names), reason))
+
+    def note_inplace_restart(
+        self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False
+    ) -> InPlaceDecision:
+        """A SubMaster's rank `agent` failed its training process: its own fault (tier 1,
+        counted), the effect of a peer's fault being handled (joined), or over the limit (the
+        job stops). See `failover.judge_inplace`."""
+        decision: InPlaceDecision = self.handle(InPlaceReported(role, agent, message, error, recovered))
+        return decision
+
+    def request_scale(
+        self, role: str, size: int, cause: str = "dlu scale", request_id: str | None = None
+    ) -> ResizePlan:
+        """`dlu scale`: judged and saved in flight, run by the loop (see `ResizeRunner.request`).
+
+        Raises:
+            ScaleError: refused (the message names the value and the fix); nothing changed.
+        """
+        return self.resizer.request(role, size, cause, request_id)
+
+    def mark_unhealthy(self, names: list[str], message: str, request_id: str | None = None) -> bool:
+        """These actors count as having reported an error, judged at the next pass (at most once
+        per `request_id`). Returns whether they were marked now."""
+        return self.debug.mark_unhealthy(names, message, request_id)
 
     def record_event(
         self,
@@ -316,27 +417,88 @@ class PrimeManager:
         with self.lock:
             return self.liveness.last_steps()
 
-    # stages (run by `StageDriver`, `stages.py`) -------------------------------------------------
+    # stages ------------------------------------------------------------------------------------
     def run(self) -> None:
         """Drive the job from its current stage to STOPPED (the PrimeMaster's main loop)."""
-        self.driver.run()
+        try:
+            if self.state.stage is JobStage.INIT:
+                self.prepare()
+            if self.state.stage is JobStage.READY:
+                self.start()
+            if self.state.stage is JobStage.RUNNING:
+                self.resume_in_flight()
+            while self.state.stage is JobStage.RUNNING:
+                self.flush()
+                self.resizer.resume()  # a saved `dlu scale` (also one a previous PrimeMaster began)
+                self.elastic.tick(self.clock())
+                self.monitor_once()
+                if self.state.stage is JobStage.RUNNING:
+                    self._wake.wait(self.state.spec.health.monitor_interval_s)
+                    self._wake.clear()
+            if self.state.stage is JobStage.STOPPING:
+                self.handle(Tick())  # the rest of a stop
+            self.writer.flush_final(self.save)
+        except FencedError:
+            logger.error("job %s: fenced by a newer PrimeMaster; this one stops acting", self.state.job)
+            raise
+        except Exception as exc:
+            logger.exception("job %s: PrimeMaster error", self.state.job)
+            if self.state.stage not in (JobStage.STOPPING, JobStage.STOPPED):
+                self.finish(EXIT_FAILED, f"PrimeMaster error: {type(exc).__name__}: {exc}")
+
+    def resume_in_flight(self) -> None:
+        """Finish what the saved state has in flight: a recovery a previous PrimeMaster began
+        (from its first step: each is idempotent), or the rest of a stop."""
+        self.handle(Tick())
 
     def prepare(self) -> None:
         """INIT -> READY: place and create actors, run their self checks and the SubMasters' checks."""
-        self.driver.prepare()
+        groups = getattr(self.scheduler, "node_groups", None)
+        if groups is not None:  # a wait for MIN:MAX nodes is put on the timeline as it begins
+            groups.on_wait = self._waiting_for_nodes
+        self.handle(PrepareRequested())
+
+    def _waiting_for_nodes(self, message: str) -> None:
+        self.apply(Note(EventKind.WAITING_FOR_NODES, message))
 
     def start(self) -> None:
         """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
-        self.driver.start()
+        self.handle(StartRequested(self._stop_request))
 
     def step(self, observations: dict[str, ActorObservation], now: float) -> Assessment:
-        """Observations -> judgement (see `StageDriver.step`)."""
-        return self.driver.step(observations, now)
+        """Observations -> judgement, pure but for the liveness memory it keeps (when each
+        actor's beats and steps last moved, on this clock)."""
+        live = self.liveness
+        live.track(observations, now)
+        result = assess(self.state, observations, now, live.steps, live.unavailable, live.beats)
+        with self.lock:
+            injected, self._injected = self._injected, []
+        return replace(result, failures=(*result.failures, *injected)) if injected else result
 
     def monitor_once(self) -> Assessment:
-        """One pass: poll, judge, apply, then recover (see `StageDriver.monitor_once`)."""
-        return self.driver.monitor_once()
+        """One pass: poll, judge (`step`), then decide (record, recover, or end the job when
+        every driver role has finished)."""
+        if self._failed_request is not None:
+            self.finish(EXIT_FAILED, self._failed_request)
+            return Assessment()
+        if self._stop_request is not None:
+            self.finish(EXIT_STOPPED, self._stop_request)
+            return Assessment()
+        busy = resizing(self.state)  # being created or stopped by a resize: not judged
+        observations = self.scheduler.poll([n for n in self.state.actors if n not in busy])
+        now = self.clock()
+        result = self.elastic.intercept(self.step(observations, now), observations, now)
+        lost = frozenset(name for name, o in observations.items() if gone(o) or o.unavailable)
+        self.handle(PassObserved(result, lost, self.extension is not None))
+        if self.metrics is not None:
+            ages = {
+                n: now - o.last_heartbeat for n, o in observations.items() if o.last_heartbeat is not None
+            }
+            self.metrics.observe_state(self.state, ages)
+        if not result.failures and not result.all_drivers_finished:
+            self.stall.check(self.state, self.liveness, self.apply, observations, now)
+        return result
 
     def finish(self, exit_code: int, reason: str) -> None:
         """Any stage -> STOPPING -> STOPPED: stop and remove every actor and placement group."""
-        self.driver.finish(exit_code, reason)
+        self.handle(StopRequested(exit_code, reason))

@@ -4,27 +4,23 @@ saved with the state, through the manager's one apply."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlu_prime.master.changes import ChannelRegistered, EndpointPublished
-
-if TYPE_CHECKING:
-    from dlu_prime.master.manager import PrimeManager
+from dlu_prime.master.ports import StatePort
 
 
 class Registry:
-    def __init__(self, manager: PrimeManager) -> None:
-        self._manager = manager
+    def __init__(self, port: StatePort) -> None:
+        self._port = port
 
     def register_channel(self, name: str, kind: str, actor_name: str) -> None:
-        if name not in self._manager.state.channels:
-            self._manager.apply(ChannelRegistered(name, kind, actor_name))
+        if name not in self._port.state().channels:
+            self._port.apply(ChannelRegistered(name, kind, actor_name))
 
     def publish(self, key: str, value: dict[str, str]) -> None:
-        if self._manager.state.endpoints.get(key) != value:
-            self._manager.apply(EndpointPublished(key, dict(value)))
+        if self._port.state().endpoints.get(key) != value:
+            self._port.apply(EndpointPublished(key, dict(value)))
 
     def lookup(self, key: str) -> dict[str, str] | None:
-        with self._manager.lock:
-            found = self._manager.state.endpoints.get(key)
+        with self._port.lock:
+            found = self._port.state().endpoints.get(key)
             return dict(found) if found is not None else None

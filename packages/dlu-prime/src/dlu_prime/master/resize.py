@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage, EventKind
+from dlu_prime.master.resize_plan import ResizePlan, ScaleError, StartedWithout
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
     ActorRecord,
@@ -30,24 +31,21 @@ from dlu_prime.master.state import (
 )
 from dlu_prime.naming import actor_name
 
+__all__ = [
+    "FellBelowMin",
+    "ResizeBegan",
+    "ResizeEnded",
+    "ResizePlan",
+    "ScaleError",
+    "StartedWithout",
+    "TargetSet",
+    "extra_ranks",
+    "plan_resize",
+    "resizing",
+]
+
 EventSpec = tuple[EventKind, str, float | None]
 """(kind, message, duration_s) of an event a resize change records."""
-
-
-class ScaleError(ValueError):
-    """A resize request that is refused; the message names the value and the fix."""
-
-
-@dataclass(frozen=True)
-class ResizePlan:
-    """What one resize does: actors to create (name, rank) and actors to stop, highest rank first."""
-
-    role: str
-    old_size: int
-    new_size: int
-    added: tuple[tuple[str, int], ...] = ()
-    removed: tuple[str, ...] = ()
-    nodes: int | None = None  # an elastic role's node count after it (sizes are node counts)
 
 
 @dataclass(frozen=True)
@@ -67,15 +65,6 @@ class ResizeEnded:
 
     error: str | None = None
     requeued: Mapping[str, Sequence[int]] = field(default_factory=dict[str, Sequence[int]])
-
-
-@dataclass(frozen=True)
-class StartedWithout:
-    """Elastic roles start with the nodes Ray placed: the other nodes' actors are not created
-    (their placement groups stay asked for, and the role grows onto them when placed)."""
-
-    names: tuple[str, ...]
-    message: str
 
 
 @dataclass(frozen=True)
@@ -288,3 +277,13 @@ def resizing(state: JobState) -> set[str]:
     """Actors an in-flight resize is creating or stopping: the monitor does not judge them."""
     record = state.resize
     return set() if record is None else {*record.added, *record.removed}
+
+
+def extra_ranks(state: JobState) -> dict[str, list[int]]:
+    """Ranks of each simple role beyond its spec total (added by earlier resizes)."""
+    out: dict[str, list[int]] = {}
+    for record in state.actors.values():
+        total = state.spec.role(record.role).total
+        if record.rank != SUB_MASTER_RANK and record.rank >= total:
+            out.setdefault(record.role, []).append(record.rank)
+    return out

@@ -11,33 +11,26 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.changes import ActorsPlaced
 from dlu_prime.master.lifecycle import FencedError, start_targets
+from dlu_prime.master.ports import StatePort
 from dlu_prime.master.resize import ResizeBegan, ResizeEnded, ResizePlan, TargetSet, plan_resize
-from dlu_prime.master.state import SUB_MASTER_RANK, JobState, RequestOutcome, ResizeRecord, role_size
-
-if TYPE_CHECKING:
-    from dlu_prime.master.manager import PrimeManager
+from dlu_prime.master.state import RequestOutcome, ResizeRecord
+from dlu_prime.scheduler.base import Scheduler
 
 logger = logging.getLogger(__name__)
 
 
-def extra_ranks(state: JobState) -> dict[str, list[int]]:
-    """Ranks of each simple role beyond its spec total (added by earlier resizes)."""
-    out: dict[str, list[int]] = {}
-    for record in state.actors.values():
-        total = state.spec.role(record.role).total
-        if record.rank != SUB_MASTER_RANK and record.rank >= total:
-            out.setdefault(record.role, []).append(record.rank)
-    return out
-
-
 class ResizeRunner:
-    def __init__(self, manager: PrimeManager) -> None:
-        self._manager = manager
+    def __init__(
+        self, port: StatePort, scheduler: Scheduler, run_elastic: Callable[[ResizeRecord], None]
+    ) -> None:
+        self._port = port
+        self._scheduler = scheduler
+        self._run_elastic = run_elastic  # an elastic role's resize: node counts, through its SubMaster
         self._done = threading.Condition()
 
     def request(
@@ -50,26 +43,25 @@ class ResizeRunner:
         Raises:
             ScaleError: refused (the message names the value and the fix); nothing changed.
         """
-        m = self._manager
-        with m.lock:
-            plan = plan_resize(m.state, role, size)
+        with self._port.lock:
+            plan = plan_resize(self._port.state(), role, size)
             if not plan.added and not plan.removed:
                 if plan.nodes is not None and cause == "dlu scale":
-                    m.apply(TargetSet(role, plan.nodes))
+                    self._port.apply(TargetSet(role, plan.nodes))
                 return plan
-            m.apply(ResizeBegan(plan, cause, request_id=request_id))
+            self._port.apply(ResizeBegan(plan, cause, request_id=request_id))
             if plan.nodes is not None:
-                m.wake()
+                self._port.wake()
                 return plan
             # known at once, so a failover that replaces one of them before the resize runs can
-            m.scheduler.know(role, [rank for _, rank in plan.added], plan.new_size)
-        m.wake()
+            self._scheduler.know(role, [rank for _, rank in plan.added], plan.new_size)
+        self._port.wake()
         return plan
 
     def known(self, request_id: str) -> RequestOutcome | ResizeRecord | None:
         """A request seen before: its outcome, or its resize still in flight; None if new."""
-        state = self._manager.state
-        with self._manager.lock:
+        state = self._port.state()
+        with self._port.lock:
             if request_id in state.requests:
                 return state.requests[request_id]
             if state.resize is not None and state.resize.request_id == request_id:
@@ -79,22 +71,15 @@ class ResizeRunner:
     def wait(self, timeout_s: float) -> bool:
         """Whether no resize is in flight, waiting up to `timeout_s` for the current one."""
         with self._done:
-            return self._done.wait_for(lambda: self._manager.state.resize is None, timeout_s)
-
-    def adopt(self) -> None:
-        """A restarted PrimeMaster: tell the scheduler about actors earlier resizes added."""
-        state = self._manager.state
-        for role, ranks in extra_ranks(state).items():
-            self._manager.scheduler.know(role, ranks, role_size(state, role))
+            return self._done.wait_for(lambda: self._port.state().resize is None, timeout_s)
 
     def resume(self) -> None:
         """Run the saved in-flight resize to its end; the record is cleared on every path."""
-        m = self._manager
-        record = m.state.resize
+        record = self._port.state().resize
         if record is None:
             return
         if record.nodes is not None:  # an elastic role's: node counts, through its SubMaster
-            m.elastic.run(record)
+            self._run_elastic(record)
             with self._done:
                 self._done.notify_all()
             return
@@ -102,29 +87,31 @@ class ResizeRunner:
         requeued: dict[str, list[int]] = {}
         try:
             if record.added:
-                waiting = [n for n in record.added if m.state.actors[n].stage is ActorStage.INIT]
-                ranks = [m.state.actors[n].rank for n in waiting]
+                waiting = [n for n in record.added if self._port.state().actors[n].stage is ActorStage.INIT]
+                ranks = [self._port.state().actors[n].rank for n in waiting]
                 if ranks:
-                    nodes = m.scheduler.add_actors(record.role, ranks, record.new_size)
-                    m.apply(ActorsPlaced(nodes, ActorStage.READY, fresh=True))
-                targets = set(start_targets(m.state))
-                m.scheduler.start([n for n in record.added if n in targets])
+                    nodes = self._scheduler.add_actors(record.role, ranks, record.new_size)
+                    self._port.apply(ActorsPlaced(nodes, ActorStage.READY, fresh=True))
+                targets = set(start_targets(self._port.state()))
+                self._scheduler.start([n for n in record.added if n in targets])
             if record.removed:
-                m.scheduler.remove_actors(list(record.removed))
+                self._scheduler.remove_actors(list(record.removed))
                 # Only once they are gone: a stopped worker can no longer take a shard back.
-                queues = [c.name for c in m.state.channels.values() if c.kind == "shards"]
+                queues = [c.name for c in self._port.state().channels.values() if c.kind == "shards"]
                 if queues:
-                    requeued = m.scheduler.requeue_shards(queues, list(record.removed))
+                    requeued = self._scheduler.requeue_shards(queues, list(record.removed))
         except FencedError:
             raise
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            logger.exception("job %s: resize of role %s failed", m.state.job, record.role)
+            logger.exception("job %s: resize of role %s failed", self._port.state().job, record.role)
             if record.added:
                 try:
-                    m.scheduler.remove_actors(list(record.added))
+                    self._scheduler.remove_actors(list(record.added))
                 except Exception:
-                    logger.exception("job %s: removing the actors of a failed resize failed", m.state.job)
-        m.apply(ResizeEnded(error, requeued))
+                    logger.exception(
+                        "job %s: removing the actors of a failed resize failed", self._port.state().job
+                    )
+        self._port.apply(ResizeEnded(error, requeued))
         with self._done:
             self._done.notify_all()

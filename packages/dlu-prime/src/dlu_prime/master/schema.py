@@ -19,6 +19,10 @@ History:
   4: event positions: each event has a `seq` (1, 2, ...), the document keeps the last one in
      `event_seq` and the job's first failure in `first_failure` (the root cause outlives the
      bounded timeline).
+  5: idempotent requests and resumable resizes: the job's `requests` (request id -> what it
+     came to), a resize's `request_id` and `checked` (ranks whose node check passed), a role's
+     `target_nodes` and `last_resize_at`. Version-4 documents written late may carry them
+     already (they were added inside 4); the step fills what is missing.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -129,19 +133,30 @@ def migrate_3_to_4(document: Document) -> Document:
     out["first_failure"] = next(
         (copy.deepcopy(e) for e in events if e.get("kind") in _V4_FAILURE_KINDS), None
     )
-    # Optional fields added within version 4 (a version-4 document without them reads the
-    # same): written out, so that every field of the current shape is there after a migration.
+    out["schema_version"] = 4
+    return out
+
+
+def migrate_4_to_5(document: Document) -> Document:
+    """Write out the fields of idempotent requests and resumable resizes (a version-4 document
+    without them reads the same: nothing asked, nothing checked, no target of its own)."""
+    out = copy.deepcopy(document)
     for role in _records(out, "roles"):
         _fill(role, {"target_nodes": None, "last_resize_at": None})
     _fill(out, {"requests": {}})
     resize: Any = out.get("resize")
     if isinstance(resize, dict):
         _fill(resize, {"request_id": None, "checked": []})  # pyright: ignore[reportUnknownArgumentType]
-    out["schema_version"] = 4
+    out["schema_version"] = 5
     return out
 
 
-MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2, 2: migrate_2_to_3, 3: migrate_3_to_4}
+MIGRATIONS: dict[int, Migration] = {
+    1: migrate_1_to_2,
+    2: migrate_2_to_3,
+    3: migrate_3_to_4,
+    4: migrate_4_to_5,
+}
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 
 

@@ -5,11 +5,12 @@ judgement (`stall.judge`) decides as a "stalled" or "progress_resumed" event."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from dlu_api.status import JobStage
 from dlu_prime.master.changes import Note
+from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.stall import (
     RESUMED,
     STALLED,
@@ -21,10 +22,8 @@ from dlu_prime.master.stall import (
     progress_marks,
     waits,
 )
+from dlu_prime.master.state import JobState
 from dlu_prime.scheduler.base import ActorObservation
-
-if TYPE_CHECKING:
-    from dlu_prime.master.manager import PrimeManager
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +71,14 @@ class StallWatch:
         self._polled_at: float | None = None
         self._announced = False  # the stall judged now was named in a "stalled" event
 
-    def check(self, manager: PrimeManager, observations: Mapping[str, ActorObservation], now: float) -> None:
-        state = manager.state
+    def check(
+        self,
+        state: JobState,
+        live: Liveness,
+        record: Callable[[Note], None],
+        observations: Mapping[str, ActorObservation],
+        now: float,
+    ) -> None:
         timeout = state.spec.health.stall_timeout_s
         if timeout is None or state.stage is not JobStage.RUNNING:
             self.memory = StallMemory()
@@ -89,7 +94,6 @@ class StallWatch:
             self.channels = poll_channels(state.channels, self.channels)
         busy = state.failover is not None or state.resize is not None
         marks = progress_marks(state, self.channels)
-        live = manager.liveness
         moved_at = latest_move(state, live.steps, live.beats)
         self.memory, verdict = judge(self.memory, marks, moved_at, now, timeout, busy)
         if verdict is True:
@@ -100,8 +104,8 @@ class StallWatch:
             if found:
                 message = describe(found, now - self.memory.since, timeout)
                 logger.warning("job %s: %s", state.job, message)
-                manager.apply(Note(STALLED, message))
+                record(Note(STALLED, message))
         elif verdict is False:
             if self._announced:
-                manager.apply(Note(RESUMED, "progress resumed"))
+                record(Note(RESUMED, "progress resumed"))
             self._announced = False

@@ -1,0 +1,191 @@
+"""The closed set of commands the decision core asks for, as data. The executor
+(`master/executor.py`) runs each one and answers with a `Done` event; nothing here acts.
+
+A command that is one step of a longer recovery says which chain it belongs to (`Purpose`), and
+what the chain still has to do after it (`then`: the recoveries of the same pass still waiting,
+the stop reason a node relaunch must end with), so the outcome is decided where the chain is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from dlu_prime.extension import NodeInfo
+from dlu_prime.master.failover import Recovery
+from dlu_prime.master.monitor import Failure
+
+
+@dataclass(frozen=True)
+class InPlaceReport:
+    """A SubMaster's rank `agent` failed its training process (see `failover.judge_inplace`)."""
+
+    role: str
+    agent: str | None
+    message: str
+    error: str = ""
+    recovered: bool = False
+
+
+class Purpose(StrEnum):
+    """Which chain a command is a step of: its outcome is decided there."""
+
+    PREPARE = "prepare"  # INIT -> READY
+    START = "start"  # READY -> RUNNING
+    FAILOVER = "failover"  # the saved recovery in flight (`state.failover`)
+    RESTART_REQUEST = "restart_request"  # a SubMaster asked for actors to be replaced
+    SELF_RECOVER = "self_recover"  # a rebuilt PrimeMaster carries on
+    STOP = "stop"  # STOPPING -> STOPPED
+
+
+@dataclass(frozen=True)
+class Then:
+    """What a chain does once this step is done: start the waiting recoveries, or stop."""
+
+    recoveries: tuple[Recovery, ...] = ()
+    stop: str | None = None
+
+
+@dataclass(frozen=True)
+class PlaceActors:
+    """Place and create every actor of the job (placement groups first)."""
+
+    purpose: Purpose = Purpose.PREPARE
+
+
+@dataclass(frozen=True)
+class RunChecks:
+    """Self checks of `names`, then the SubMasters' checks. `counted`: actor -> the incarnation
+    whose death was counted already (a failed call while Ray still rebuilds it is the same death)."""
+
+    names: tuple[str, ...]
+    purpose: Purpose
+    counted: Mapping[str, str | None] = field(default_factory=dict[str, "str | None"])
+    then: Then = Then()
+    wait_s: float = 0.0  # how long to wait for a rebuilt incarnation of an actor that died under them
+
+
+@dataclass(frozen=True)
+class ReplaceActors:
+    """Fresh actors for `names`, set up; the outcome's value is their nodes."""
+
+    names: tuple[str, ...]
+    purpose: Purpose
+    then: Then = Then()
+
+
+@dataclass(frozen=True)
+class StartActors:
+    names: tuple[str, ...]
+    purpose: Purpose
+    then: Then = Then()
+
+
+@dataclass(frozen=True)
+class SubMasterFailover:
+    """Tier 2 through the role's SubMaster: it replaces the actors (calling `restart_actors`
+    back) and restarts training; bounded by the executor's SubMaster timeout."""
+
+    sub: str
+    actors: tuple[str, ...]
+    reason: str
+    then: Then = Then()
+    purpose: Purpose = Purpose.FAILOVER
+
+
+@dataclass(frozen=True)
+class RecoverSubMasters:
+    """Tier 5, after the SubMasters were replaced: each sets its role up again to RUNNING."""
+
+    names: tuple[str, ...]
+    then: Then = Then()
+    purpose: Purpose = Purpose.FAILOVER
+
+
+@dataclass(frozen=True)
+class RelaunchNodes:
+    """Tier 4: the Extension replaces these nodes (marked removed, saved, before it runs)."""
+
+    nodes: tuple[NodeInfo, ...]
+    then: Then = Then()
+    purpose: Purpose = Purpose.FAILOVER
+
+
+@dataclass(frozen=True)
+class FindDeadNodes:
+    """Which of these nodes Ray marks dead (a view a decision needs, not an action); then the
+    pass's `failures` are judged with it (`gone`: actors its poll found dead or restarting)."""
+
+    nodes: tuple[str, ...]
+    failures: tuple[Failure, ...]
+    gone: frozenset[str]
+    has_extension: bool
+    purpose: Purpose = Purpose.FAILOVER
+
+
+@dataclass(frozen=True)
+class FindDeadPeers:
+    """Which of a reporting rank's peers are dead: on a node Ray marks dead, or gone in a poll.
+    `report` is the rank's report, judged once the answer is in."""
+
+    peers: Mapping[str, str | None]  # actor -> its node
+    report: InPlaceReport
+
+
+@dataclass(frozen=True)
+class ForgetLiveness:
+    """A job-level restart: what the old actors showed says nothing of the new ones."""
+
+
+@dataclass(frozen=True)
+class AdoptResized:
+    """A rebuilt PrimeMaster tells the scheduler about the actors earlier resizes added."""
+
+    ranks: Mapping[str, tuple[tuple[int, ...], int]]  # role -> (ranks, world size)
+    purpose: Purpose = Purpose.SELF_RECOVER
+
+
+@dataclass(frozen=True)
+class StopActors:
+    names: tuple[str, ...]
+    purpose: Purpose = Purpose.STOP
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """Remove every actor and placement group of the job."""
+
+    purpose: Purpose = Purpose.STOP
+
+
+@dataclass(frozen=True)
+class AskStop:
+    """Ask the job's loop to stop (a limit reached on another thread): it stops at its next pass."""
+
+    reason: str
+    failed: bool = True
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Monitor now instead of at the next tick (a dead peer's failover starts at once)."""
+
+
+Command = (
+    PlaceActors
+    | RunChecks
+    | ReplaceActors
+    | StartActors
+    | SubMasterFailover
+    | RecoverSubMasters
+    | RelaunchNodes
+    | FindDeadNodes
+    | FindDeadPeers
+    | ForgetLiveness
+    | AdoptResized
+    | StopActors
+    | Cleanup
+    | AskStop
+    | Wake
+)

@@ -1,0 +1,106 @@
+"""The one decision function: `decide(state, event, now) -> Decision`.
+
+Every decision of the PrimeManager is made here, from the recorded state and one event: the
+tier of a failure and its escalation, whether an effect joins a fault in flight, setup
+retries, limits, stop conditions. It calls the pure policies (`failover`, `monitor`, `tiers`)
+and returns the changes to save and the commands to run; it does no I/O, takes no lock and
+never changes `state` (the PrimeManager applies the changes).
+"""
+
+from __future__ import annotations
+
+from dlu_api.status import JobStage
+from dlu_prime.master.core import failover_chain, monitor_pass, requests, stages
+from dlu_prime.master.core.commands import (
+    AdoptResized,
+    Cleanup,
+    FindDeadNodes,
+    FindDeadPeers,
+    PlaceActors,
+    Purpose,
+    RelaunchNodes,
+    ReplaceActors,
+    RunChecks,
+    StartActors,
+    StopActors,
+)
+from dlu_prime.master.core.decision import Decision, stopping
+from dlu_prime.master.core.events import (
+    CarryOn,
+    Done,
+    Event,
+    InPlaceReported,
+    MasterRebuilt,
+    PassApplied,
+    PassObserved,
+    PrepareRequested,
+    RecoveryFailed,
+    RestartRequested,
+    StartRequested,
+    StopRequested,
+    Tick,
+)
+from dlu_prime.master.state import JobState
+
+
+def decide(state: JobState, event: Event, now: float) -> Decision:
+    """What follows from `event` in `state` at time `now` (see the module docstring)."""
+    del now  # the policies read the recorded times; kept so time-based rules need no new port
+    match event:
+        case PassObserved():
+            return monitor_pass.observed(event)
+        case PassApplied():
+            return monitor_pass.applied(state, event)
+        case InPlaceReported():
+            return requests.inplace_reported(state, event)
+        case RestartRequested():
+            return requests.restart_requested(state, event)
+        case StopRequested(exit_code=code, reason=reason):
+            return stopping(state, code, reason)
+        case PrepareRequested():
+            return Decision((), (PlaceActors(),))
+        case StartRequested(stop=stop):
+            return stages.start(state, stop)
+        case MasterRebuilt():
+            return stages.master_rebuilt(state)
+        case Tick():
+            return _tick(state)
+        case RecoveryFailed():
+            return failover_chain.escalate(state, event)
+        case CarryOn(then=then):
+            return failover_chain.carry_on(state, then)
+        case Done():
+            return _done(state, event)
+
+
+def _tick(state: JobState) -> Decision:
+    if state.stage is JobStage.STOPPING:
+        return stages.finish_stopping(state)
+    return failover_chain.resume(state)
+
+
+def _done(state: JobState, done: Done) -> Decision:
+    command = done.command
+    match command:
+        case PlaceActors():
+            return stages.placed(state, done)
+        case RunChecks(purpose=Purpose.PREPARE):
+            return stages.checked(state, done, command)
+        case FindDeadNodes():
+            return monitor_pass.dead_nodes_found(state, done, command)
+        case FindDeadPeers():
+            return requests.inplace_judged(state, done, command)
+        case ReplaceActors(purpose=Purpose.RESTART_REQUEST):
+            return requests.replaced(done)
+        case StopActors() | Cleanup():
+            return stages.stop_step(state, done)
+        case AdoptResized() | StartActors(purpose=Purpose.SELF_RECOVER):
+            return stages.self_recover_failed(state, done)
+        case StartActors(purpose=Purpose.START):
+            return Decision(error=done.error)
+        case RelaunchNodes():
+            return failover_chain.after(state, done)
+        case _ if getattr(command, "purpose", None) is Purpose.FAILOVER:
+            return failover_chain.after(state, done)
+        case _:
+            return Decision(error=done.error)

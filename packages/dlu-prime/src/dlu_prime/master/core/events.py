@@ -1,0 +1,123 @@
+"""The inputs of the decision core, as frozen data: what was observed or asked, and what each
+command came to (`Done`). Gathering them is I/O (the PrimeManager's and the executor's);
+judging them is `decide`'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dlu_prime.master.core.commands import Command, InPlaceReport, Then
+from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.state import FailoverRecord
+
+
+@dataclass(frozen=True)
+class PassObserved:
+    """One monitoring pass, judged by `monitor.assess` on the liveness view it keeps (when each
+    actor's beats and steps last moved): its assessment, and which actors the poll found gone."""
+
+    assessment: Assessment
+    gone: frozenset[str] = frozenset()
+    has_extension: bool = False  # an Extension can relaunch nodes (tier 4)
+
+
+@dataclass(frozen=True)
+class PassApplied:
+    """Internal: the pass's observations are recorded; judge its failures on that state."""
+
+    observed: PassObserved
+
+
+InPlaceReported = InPlaceReport  # the event of a rank's in-place report
+
+
+@dataclass(frozen=True)
+class RestartRequested:
+    """A SubMaster asks for these actors to be replaced (during its failover, or on its own)."""
+
+    names: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """Stop the job with this exit code and reason (a user's stop, a limit, an error)."""
+
+    exit_code: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PrepareRequested:
+    """INIT -> READY. `stop`: a stop asked for meanwhile, honoured once the actors are placed."""
+
+    stop: str | None = None
+
+
+@dataclass(frozen=True)
+class StartRequested:
+    """READY -> RUNNING, unless a stop was asked for (`stop`)."""
+
+    stop: str | None = None
+
+
+@dataclass(frozen=True)
+class MasterRebuilt:
+    """Tier 6: a reconstructed PrimeMaster loaded this state."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The loop looks at the saved state: carry on with what is in flight (a recovery a
+    previous PrimeMaster began, a stop it did not finish)."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a command came to: its value, or the error it raised (`error` set)."""
+
+    command: Command
+    value: Any = None
+    error: BaseException | None = None
+    duration_s: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def error_text(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}" if self.error is not None else ""
+
+
+@dataclass(frozen=True)
+class RecoveryFailed:
+    """Internal: the failed recovery `record` was recorded ended; escalate it or stop."""
+
+    record: FailoverRecord
+    error: str
+    then: Then
+
+
+@dataclass(frozen=True)
+class CarryOn:
+    """Internal: a step of a chain ended well; begin what it still has to do (`then`)."""
+
+    then: Then
+
+
+Event = (
+    PassObserved
+    | InPlaceReported
+    | RestartRequested
+    | StopRequested
+    | PrepareRequested
+    | StartRequested
+    | MasterRebuilt
+    | Tick
+    | Done
+    | RecoveryFailed
+    | CarryOn
+    | PassApplied
+)

@@ -1,0 +1,153 @@
+"""A recovery of the failover ladder as a chain of decisions, one per step's outcome.
+
+role (tier 2):       SubMasterFailover | ReplaceActors -> StartActors
+SubMaster (tier 5):  ReplaceActors -> RecoverSubMasters
+job (tier 3):        INIT, ForgetLiveness + ReplaceActors -> RunChecks -> READY, RUNNING, StartActors
+node (tier 4):       NodesRemoved, RelaunchNodes -> NodesRelaunched, then the pass's recoveries
+
+The recovery in flight is saved (`state.failover`) before its first step, so a PrimeMaster
+rebuilt half way starts its steps again (`resume`) without counting it twice. A step that fails
+ends the record (`FailoverEnded` with the error) and escalates by the tier table: a role or
+SubMaster recovery becomes a job-level restart, a failed job restart stops the job.
+"""
+
+from __future__ import annotations
+
+from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage, FailureKind, Tier
+from dlu_prime.master.change_types import (
+    ActorsPlaced,
+    FailoverBegan,
+    FailoverEnded,
+    NodesRelaunched,
+    StageChanged,
+)
+from dlu_prime.master.core.commands import (
+    ForgetLiveness,
+    Purpose,
+    RecoverSubMasters,
+    RelaunchNodes,
+    ReplaceActors,
+    RunChecks,
+    StartActors,
+    SubMasterFailover,
+    Then,
+)
+from dlu_prime.master.core.decision import Decision, stage_change, stopping
+from dlu_prime.master.core.events import CarryOn, Done, RecoveryFailed
+from dlu_prime.master.core.setup_retry import retry_setup
+from dlu_prime.master.failover import Recovery, job_restart
+from dlu_prime.master.lifecycle import EXIT_FAILED, start_targets
+from dlu_prime.master.monitor import Failure
+from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord, JobState
+from dlu_prime.master.tiers import escalation
+
+
+def begin(state: JobState, recovery: Recovery, then: Then, escalated: bool = False) -> Decision:
+    """Count and save the recovery in flight, then its first step."""
+    first = _first_step(state, recovery.tier, recovery.role, recovery.actors, recovery.reason, then)
+    return Decision((FailoverBegan(recovery, escalated),)).then(first)
+
+
+def resume(state: JobState) -> Decision:
+    """The saved recovery in flight, from its first step (every step is idempotent)."""
+    record = state.failover
+    if record is None or state.stage is not JobStage.RUNNING:
+        return Decision()
+    return _first_step(state, record.tier, record.role, tuple(record.actors), record.reason, Then())
+
+
+def carry_on(state: JobState, then: Then) -> Decision:
+    """After a step ended well: stop as the chain must, or begin the pass's next recovery."""
+    if then.stop is not None:
+        return stopping(state, EXIT_FAILED, then.stop)
+    if not then.recoveries or state.stage is not JobStage.RUNNING:
+        return Decision()
+    first, *rest = then.recoveries
+    return begin(state, first, Then(tuple(rest)))
+
+
+def _first_step(
+    state: JobState, tier: Tier, role: str | None, actors: tuple[str, ...], reason: str, then: Then
+) -> Decision:
+    if tier is Tier.JOB:
+        changes = (
+            (stage_change(state, JobStage.INIT, f"job-level restart: {reason}"),)
+            if state.stage is JobStage.RUNNING
+            else ()
+        )
+        return Decision(changes, (ForgetLiveness(), ReplaceActors(actors, Purpose.FAILOVER, then)))
+    if tier is Tier.SUB_MASTER:
+        return Decision((), (ReplaceActors(actors, Purpose.FAILOVER, then),))
+    sub = [n for n, a in state.actors.items() if a.role == role and a.rank == SUB_MASTER_RANK]
+    if sub:
+        return Decision((), (SubMasterFailover(sub[0], actors, reason, then),))
+    return Decision((), (ReplaceActors(actors, Purpose.FAILOVER, then),))
+
+
+def after(state: JobState, done: Done) -> Decision:
+    """The outcome of one step of the recovery in flight (or of a node relaunch)."""
+    command = done.command
+    if isinstance(command, RelaunchNodes):
+        return _relaunched(state, done, command)
+    record = state.failover
+    if record is None:
+        return Decision()
+    then: Then = getattr(command, "then", Then())
+    if isinstance(command, RunChecks) and done.error is not None:
+        retry = retry_setup(state, done, command)
+        if retry is not None and retry.error is None:
+            return retry
+        if retry is not None and retry.error is not None:
+            return _ended(record, f"{type(retry.error).__name__}: {retry.error}", then)
+    if done.error is not None:
+        return _ended(record, done.error_text, then)
+    match command:
+        case ReplaceActors():
+            placed = ActorsPlaced(dict(done.value or {}), ActorStage.READY, fresh=True)
+            if record.tier is Tier.JOB:
+                wait = state.spec.health.heartbeat_timeout_s
+                return Decision((placed,), (RunChecks((), Purpose.FAILOVER, then=then, wait_s=wait),))
+            if record.tier is Tier.SUB_MASTER:
+                return Decision((placed,), (RecoverSubMasters(command.names, then),))
+            return Decision((placed,), (StartActors(command.names, Purpose.FAILOVER, then),))
+        case RunChecks():
+            ready = stage_change(state, JobStage.READY, "every actor restarted and passed its self check")
+            running = StageChanged(JobStage.RUNNING, "job started")  # READY -> RUNNING, as applied
+            return Decision(
+                (ready, running), (StartActors(tuple(start_targets(state)), Purpose.FAILOVER, then),)
+            )
+        case _:
+            return _ended(record, None, then)
+
+
+def _ended(record: FailoverRecord, error: str | None, then: Then) -> Decision:
+    follow = CarryOn(then) if error is None else RecoveryFailed(record, error, then)
+    return Decision((FailoverEnded(record, error),), follow=follow)
+
+
+def escalate(state: JobState, failed: RecoveryFailed) -> Decision:
+    """A failed recovery (already recorded ended): a job-level restart of the same fault
+    (`failover_escalated`, not another fault) where the tier table allows one, else the stop."""
+    record, error = failed.record, failed.error
+    if state.stage in (JobStage.STOPPING, JobStage.STOPPED):
+        return Decision()
+    if escalation(record.tier) is None or state.stage is not JobStage.RUNNING:
+        return stopping(
+            state, EXIT_FAILED, f"job-level failover failed: {error}; first failure: {record.reason}"
+        )
+    first = Failure(record.culprit or record.actors[0], record.role or "", FailureKind.FAILOVER_FAILED, error)
+    recoveries, stop = job_restart(state, first, [record.role] if record.role else [])
+    if stop is not None:
+        return stopping(state, EXIT_FAILED, stop)
+    return begin(state, recoveries[0], failed.then, escalated=True)
+
+
+def _relaunched(state: JobState, done: Done, command: RelaunchNodes) -> Decision:
+    nodes = tuple(info.node_id for info in command.nodes)
+    if done.error is not None:
+        names = ", ".join(n[:12] for n in nodes)
+        return stopping(state, EXIT_FAILED, f"node relaunch of {names} failed: {done.error_text}")
+    replaced = [info.node_id for info in done.value or ()]
+    change = NodesRelaunched(nodes, replaced, done.duration_s)
+    return Decision((change,), follow=CarryOn(command.then))

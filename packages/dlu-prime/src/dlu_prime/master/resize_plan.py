@@ -1,0 +1,31 @@
+"""The plain data a resize is decided with, below both resize policies (`resize` for simple
+roles, `elastic_policy` for MIN:MAX ones) so neither imports the other's types back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ScaleError(ValueError):
+    """A resize request that is refused; the message names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """What one resize does: actors to create (name, rank) and actors to stop, highest rank first."""
+
+    role: str
+    old_size: int
+    new_size: int
+    added: tuple[tuple[str, int], ...] = ()
+    removed: tuple[str, ...] = ()
+    nodes: int | None = None  # an elastic role's node count after it (sizes are node counts)
+
+
+@dataclass(frozen=True)
+class StartedWithout:
+    """Elastic roles start with the nodes Ray placed: the other nodes' actors are not created
+    (their placement groups stay asked for, and the role grows onto them when placed)."""
+
+    names: tuple[str, ...]
+    message: str

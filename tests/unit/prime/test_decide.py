@@ -1,0 +1,193 @@
+"""The decision core on its own: `decide(state, event, now)` returns changes and commands and
+never touches the state; each outcome is decided in turn (no scheduler is called here)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ManagerFactory, RoleFactory
+from failover_helpers import elastic_role, running
+
+from dlu_api.status import JobStage
+from dlu_api.vocabulary import FailureKind, InPlaceVerdict, Tier
+from dlu_prime.master.changes import (
+    ActorsPlaced,
+    ActorsRestarting,
+    FailoverBegan,
+    FailoverEnded,
+    FailuresCounted,
+    InPlaceJudged,
+    MasterRestarted,
+    Observed,
+    StageChanged,
+)
+from dlu_prime.master.core import decide
+from dlu_prime.master.core.commands import (
+    Cleanup,
+    FindDeadNodes,
+    FindDeadPeers,
+    ForgetLiveness,
+    Purpose,
+    ReplaceActors,
+    RunChecks,
+    StartActors,
+    StopActors,
+    SubMasterFailover,
+)
+from dlu_prime.master.core.events import (
+    CarryOn,
+    Done,
+    InPlaceReported,
+    MasterRebuilt,
+    PassApplied,
+    PassObserved,
+    RecoveryFailed,
+    RestartRequested,
+    StopRequested,
+)
+from dlu_prime.master.lifecycle import EXIT_FAILED, EXIT_STOPPED, RestartLimitError
+from dlu_prime.master.monitor import Assessment, Failure
+from dlu_prime.master.state import JobState
+from dlu_prime.naming import sub_master_name
+
+T0, T1 = "job.trainer.0", "job.trainer.1"
+E0, E1 = "job.train.0", "job.train.1"
+SUB = sub_master_name("job", "train")
+NOW = 2_000.0
+
+
+def _running_state(make_manager: ManagerFactory, **kw: object) -> JobState:
+    manager, sched = make_manager(**kw)
+    running(manager, sched)
+    return manager.state
+
+
+def _pure(state: JobState, event: object) -> object:
+    before = state.dumps()
+    decision = decide(state, event, NOW)  # pyright: ignore[reportArgumentType]
+    assert state.dumps() == before, "decide changed the state"
+    return decision
+
+
+def test_a_crash_is_recorded_then_judged_with_the_dead_nodes_view(make_manager: ManagerFactory) -> None:
+    state = _running_state(make_manager)
+    failure = Failure(T1, "trainer", FailureKind.DIED, "boom", "node-1")
+    event = PassObserved(Assessment(failures=(failure,)), frozenset({T1}))
+
+    recorded = decide(state, event, NOW)
+    assert [type(c) for c in recorded.changes] == [Observed]
+    assert isinstance(recorded.follow, PassApplied) and not recorded.commands
+
+    judged = decide(state, recorded.follow, NOW)
+    (find,) = judged.commands
+    assert isinstance(find, FindDeadNodes) and find.nodes == ("node-1",) and not judged.changes
+
+    began = decide(state, Done(find, set[str]()), NOW)  # a simple role restarts the whole job
+    assert [type(c) for c in began.changes] == [FailuresCounted, FailoverBegan, StageChanged]
+    recovery = began.changes[1]
+    assert isinstance(recovery, FailoverBegan) and recovery.recovery.tier is Tier.JOB
+    assert began.commands == (ForgetLiveness(), ReplaceActors((T0, T1), Purpose.FAILOVER))
+
+
+def test_decide_never_changes_the_state(make_manager: ManagerFactory) -> None:
+    state = _running_state(make_manager)
+    failure = Failure(T1, "trainer", FailureKind.DIED, "boom", "node-1")
+    for event in (
+        PassObserved(Assessment(failures=(failure,)), frozenset({T1})),
+        RestartRequested((T0,), "node check: faulty"),
+        InPlaceReported("trainer", T0, "exited 1"),
+        StopRequested(EXIT_STOPPED, "user"),
+        MasterRebuilt(),
+    ):
+        _pure(state, event)
+
+
+def test_a_failed_role_recovery_escalates_to_a_job_restart_as_one_chain(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    failure = Failure(E1, "train", FailureKind.DIED, "boom", "node-1")
+    find = FindDeadNodes(("node-1",), (failure,), frozenset(), False)
+    began = decide(manager.state, Done(find, set[str]()), NOW)
+    manager.apply(*began.changes)
+    (call,) = began.commands
+    assert isinstance(call, SubMasterFailover) and call.sub == SUB and call.actors == (E1,)
+
+    ended = decide(manager.state, Done(call, None, RuntimeError("no node")), NOW)
+    assert isinstance(ended.changes[0], FailoverEnded) and ended.changes[0].error == "RuntimeError: no node"
+    assert isinstance(ended.follow, RecoveryFailed)
+    manager.apply(*ended.changes)
+
+    escalated = decide(manager.state, ended.follow, NOW)
+    began_job = [c for c in escalated.changes if isinstance(c, FailoverBegan)]
+    assert began_job and began_job[0].escalated and began_job[0].recovery.tier is Tier.JOB
+    assert any(isinstance(c, StageChanged) and c.stage is JobStage.INIT for c in escalated.changes)
+    assert [type(c) for c in escalated.commands] == [ForgetLiveness, ReplaceActors]
+    manager.apply(*escalated.changes)
+
+    # The job restart's steps: replaced -> checks -> READY, RUNNING and start -> ended.
+    replaced = decide(manager.state, Done(escalated.commands[1], {E0: "n0", E1: "n1", SUB: "n0"}), NOW)
+    assert isinstance(replaced.changes[0], ActorsPlaced)
+    (checks,) = replaced.commands
+    assert isinstance(checks, RunChecks) and checks.purpose is Purpose.FAILOVER
+    manager.apply(*replaced.changes)
+    checked = decide(manager.state, Done(checks), NOW)
+    assert [c.stage for c in checked.changes if isinstance(c, StageChanged)] == [
+        JobStage.READY,
+        JobStage.RUNNING,
+    ]
+    (start,) = checked.commands
+    assert isinstance(start, StartActors) and start.names == (SUB,)  # the SubMaster starts its ranks
+    manager.apply(*checked.changes)
+    done = decide(manager.state, Done(start), NOW)
+    assert isinstance(done.changes[0], FailoverEnded) and done.changes[0].error is None
+    assert isinstance(done.follow, CarryOn)
+
+
+def test_a_restart_request_is_counted_and_limited_before_anything_is_replaced(
+    make_manager: ManagerFactory, make_role: RoleFactory
+) -> None:
+    state = _running_state(make_manager, roles=[make_role("trainer", 2, max_restart=0)])
+    unknown = decide(state, RestartRequested(("nope",), "x"), NOW)
+    assert isinstance(unknown.error, KeyError) and not unknown.commands
+    over = decide(state, RestartRequested((T0,), "x"), NOW)
+    assert isinstance(over.error, RestartLimitError) and not over.changes and not over.commands
+
+    state = _running_state(make_manager)
+    asked = decide(state, RestartRequested((T0,), "node check: faulty"), NOW)
+    assert [type(c) for c in asked.changes] == [ActorsRestarting]
+    assert asked.commands == (ReplaceActors((T0,), Purpose.RESTART_REQUEST),)
+
+
+def test_an_inplace_report_asks_for_its_peers_then_is_judged(make_manager: ManagerFactory) -> None:
+    state = _running_state(make_manager)
+    report = InPlaceReported("trainer", T0, "exited 1", "ValueError: boom")
+    asked = decide(state, report, NOW)
+    (find,) = asked.commands
+    assert isinstance(find, FindDeadPeers) and set(find.peers) == {T1} and not asked.changes
+    judged = decide(state, Done(find, []), NOW)
+    assert judged.reply is not None and judged.reply.verdict is InPlaceVerdict.RESTART
+    assert [type(c) for c in judged.changes] == [InPlaceJudged]
+
+
+def test_a_stop_is_one_chain_and_a_second_one_is_nothing(make_manager: ManagerFactory) -> None:
+    manager, sched = make_manager()
+    running(manager, sched)
+    stop = decide(manager.state, StopRequested(EXIT_FAILED, "limit"), NOW)
+    assert [c.stage for c in stop.changes if isinstance(c, StageChanged)] == [JobStage.STOPPING]
+    assert [type(c) for c in stop.commands] == [StopActors, Cleanup]
+    manager.apply(*stop.changes)
+    assert decide(manager.state, StopRequested(EXIT_STOPPED, "again"), NOW).changes == ()
+    cleaned = decide(manager.state, Done(Cleanup()), NOW)
+    assert [c.stage for c in cleaned.changes if isinstance(c, StageChanged)] == [JobStage.STOPPED]
+
+
+@pytest.mark.parametrize("stage", [JobStage.INIT, JobStage.READY])
+def test_a_master_rebuilt_in_a_short_lived_stage_counts_and_stops(
+    make_manager: ManagerFactory, stage: JobStage
+) -> None:
+    manager, _ = make_manager()
+    if stage is JobStage.READY:
+        manager.prepare()
+    decision = decide(manager.state, MasterRebuilt(), NOW)
+    assert isinstance(decision.changes[0], MasterRestarted)
+    stopping = [c for c in decision.changes if isinstance(c, StageChanged)]
+    assert stopping and stopping[0].stage is JobStage.STOPPING and "short-lived stage" in stopping[0].reason
