@@ -17,6 +17,7 @@ import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStatus
+from dlu_elastic.checkpoint.shm import ADOPT_GRACE_S
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -79,8 +80,9 @@ def assert_resumed(out: Path, step: int | None, source: str | None, world: int =
     return resumed.pop()
 
 
-def leftovers(job: str, wait_s: float = 30.0) -> list[Path]:
-    """The job's folders still in /dev/shm once their reapers had `wait_s` to remove them."""
+def leftovers(job: str, wait_s: float = 30.0 + ADOPT_GRACE_S) -> list[Path]:
+    """The job's folders still in /dev/shm once their reapers had `wait_s` to remove them (an
+    agent killed by the job's clean-up, not stopped, leaves its folder for the adoption grace)."""
     deadline = time.monotonic() + wait_s
     while True:
         found = [p for p in SHM.iterdir() if p.name.startswith("dlu-ckpt.") and f".{job}." in p.name]

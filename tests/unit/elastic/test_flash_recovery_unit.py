@@ -163,7 +163,6 @@ def test_a_buddy_slower_than_the_steps_gets_the_newest_steps_never_a_backlog() -
     assert sorted(h.step for h in replica.held(buddy).values()) == [299, 300]  # caught up at the end
     assert len(sent) < 150  # steps were skipped, not queued
     assert max(lags) <= 60, max(lags)  # a few copies' time behind (load varies), never growing
-    assert (lags[-1] <= 60 and sent == sorted(sent)) or max(lags) <= 60
 
 
 def test_the_replicas_of_slots_voided_by_a_fresh_start_are_discarded() -> None:
