@@ -33,12 +33,16 @@ def _one(args: tuple[int, bool]) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, default=1000, help="how many seeds (from --first)")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--seed", type=int, default=None, help="replay this one seed and print its trace")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--known", action="store_true", help="also inject the faults of the known open issues")
+    parser.add_argument(
+        "--known", action="store_true", help="also inject the faults of the known open issues"
+    )
     parser.add_argument("--scale", action="store_true", help="one job of 2,048 nodes x 8 ranks")
     args = parser.parse_args(argv)
     if args.scale:
@@ -46,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         p50 = statistics.median(times) * 1000
         p99 = sorted(times)[max(0, int(len(times) * 0.99) - 1)] * 1000
         verdict = "within" if p99 <= SCALE_BUDGET_P99_MS else "OVER"
-        print(f"2048 nodes x 8 ranks: monitoring pass p50 {p50:.1f} ms, p99 {p99:.1f} ms "
-              f"({len(times)} passes; {verdict} the {SCALE_BUDGET_P99_MS:g} ms budget)")
+        print(
+            f"2048 nodes x 8 ranks: monitoring pass p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+            f"({len(times)} passes; {verdict} the {SCALE_BUDGET_P99_MS:g} ms budget)"
+        )
         return 0 if p99 <= SCALE_BUDGET_P99_MS else 1
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     started = time.perf_counter()
@@ -62,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     for result in sorted(bad, key=lambda r: r.seed)[:20]:
         print(f"VIOLATION seed {result.seed}: {result.violation}")
         print("\n".join(result.trace))
-        print(f"replay: uv run python benchmarks/simulate.py --seed {result.seed}{' --known' if args.known else ''}")
+        print(
+            f"replay: uv run python benchmarks/simulate.py --seed {result.seed}{' --known' if args.known else ''}"
+        )
     if args.seed is not None and not bad:
         print("\n".join(results[0].trace))
         print(f"ended {results[0].stage}: {results[0].reason}")

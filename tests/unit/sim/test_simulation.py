@@ -57,3 +57,9 @@ def test_undoing_resume_numbering_is_found(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_monitoring_pass_at_scale_is_timed() -> None:
     times = pass_times(nodes=64, ranks=8, passes=12)
     assert len(times) == 12 and all(t > 0 for t in times)
+
+
+def test_a_thousand_seeds_hold_every_invariant() -> None:
+    """The default run's share of benchmarks/simulate.py: short jobs, every fault kind."""
+    bad = [r for r in (run_seed(s, fault_steps=12, quiet_steps=30) for s in range(1000)) if r.violation]
+    assert not bad, "\n".join([f"seed {bad[0].seed}: {bad[0].violation}", *bad[0].trace])

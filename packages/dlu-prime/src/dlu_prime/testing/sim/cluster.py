@@ -113,9 +113,10 @@ class SimCluster(SimScheduler):
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:
         self.crash.maybe_die("restart")
         self._tell("restart", names)
+        moved: dict[str | None, str] = {}  # a lost node's actors go to one new node together
         for name in names:
             if self.nodes.get(name) in self.dead or name not in self.nodes:
-                self.nodes[name] = self._fresh_node()
+                self.nodes[name] = moved.setdefault(self.nodes.get(name), self._fresh_node())
             self.stages.setdefault(name, ActorStage.INIT)
             self.steps.setdefault(name, 0)
         self.reconstructed.difference_update(names)
@@ -150,11 +151,20 @@ class SimCluster(SimScheduler):
         return [(actor_name(self.spec.name, role, r), r) for r in ranks]
 
     def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
+        """New actors on fresh nodes, one per node group (an elastic node's ranks share one, as
+        its placement group does on Ray)."""
         self.crash.maybe_die("add_actors")
+        per = self.spec.role(role).per_group
+        fresh = {
+            name
+            for name in (actor_name(self.spec.name, role, r) for r in ranks)
+            if self.stages.get(name) is None
+        }
         out = super().add_actors(role, ranks, world_size)
-        for name in out:
-            if self.nodes[name] in self.dead:
-                self.nodes[name] = self._fresh_node()
+        groups: dict[int, str] = {}
+        for name, rank in zip(out, ranks, strict=True):
+            if name in fresh:
+                self.nodes[name] = groups.setdefault(rank // per, self._fresh_node())
         self._refresh(list(out))
         return {name: self.nodes[name] for name in out}
 

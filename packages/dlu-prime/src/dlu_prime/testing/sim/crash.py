@@ -3,6 +3,8 @@ scheduler call or a store write, so the manager unwinds mid-action as a SIGKILLe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class MasterKilled(BaseException):
     """The PrimeMaster process died here (not an Exception: no `except Exception` catches it)."""
@@ -16,6 +18,7 @@ class CrashPoint:
         self.left: int | None = None
         self.apply_put = False  # a put at the crash point lands before the process dies
         self.fired: str | None = None  # where it fired, for the trace
+        self.allowed: Callable[[], bool] = lambda: True  # whether the process may die now
 
     def arm(self, after_ops: int, apply_put: bool) -> None:
         self.left = after_ops
@@ -27,7 +30,7 @@ class CrashPoint:
 
     def tick(self, where: str) -> bool:
         """Count one operation; True when this one is where the master dies."""
-        if self.left is None:
+        if self.left is None or not self.allowed():
             return False
         self.left -= 1
         if self.left > 0:

@@ -53,7 +53,10 @@ WEIGHTS: dict[Kind, float] = {
 _KINDS = list(WEIGHTS)
 _CUMULATIVE = [sum(list(WEIGHTS.values())[: i + 1]) for i in range(len(_KINDS))]
 
-OWN_CRASH = ("training process exited with code -9", "Traceback (most recent call last):\nexit code -9 (SIGKILL)")
+OWN_CRASH = (
+    "training process exited with code -9",
+    "Traceback (most recent call last):\nexit code -9 (SIGKILL)",
+)
 OWN_HANG = ("training step stuck at 20 for 8.0s; killing it", "no step for 8.0s (hang)")
 PEER_EFFECT = (
     "training process failed",

@@ -111,7 +111,9 @@ class Ledger:
         kind = str(event.kind)
         if kind in ("failover_failed", "resize_failed", "elastic_reform_failed"):
             if self.failures_caused == 0:
-                raise Violation("no healthy actor restarted", f"{kind} where nothing was made to fail: {event.message}")
+                raise Violation(
+                    "no healthy actor restarted", f"{kind} where nothing was made to fail: {event.message}"
+                )
             return
         if kind == "stage" and "-> STOPPING" in event.message:
             for fault in self.pending():  # the stop is what they led to
@@ -120,7 +122,9 @@ class Ledger:
             return
         if kind == "master_restarted":
             if self.pending_masters <= 0:
-                raise Violation("counted once", f"a PrimeMaster restart counted with none injected: {event.message}")
+                raise Violation(
+                    "counted once", f"a PrimeMaster restart counted with none injected: {event.message}"
+                )
             self.pending_masters -= 1
             return
         if kind == "resize_started" and "node lost" in event.message:
@@ -158,12 +162,16 @@ class Ledger:
             f"pending fault explains: {event.message[:160]}",
         )
 
-    def overdue(self, step: int, stage: JobStage) -> None:
-        if stage is not JobStage.RUNNING:
+    def overdue(self, step: int, state: JobState) -> None:
+        if state.stage is not JobStage.RUNNING:
             return
         for fault in self.pending():
             if fault.kind in (Kind.CRASH, Kind.HANG):
                 continue  # judged where reported
+            if not fault.actors & set(state.actors):
+                fault.handled = True  # a resize removed them before they were judged: nothing
+                fault.counted = max(fault.counted, 1)  # left to recover (nor to count)
+                continue
             if step - fault.step > OVERDUE_STEPS:
                 left = f" (roles it hit: {sorted(fault.roles)})" if fault.roles else ""
                 raise Violation(

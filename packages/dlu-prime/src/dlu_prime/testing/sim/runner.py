@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dlu_api.status import JobStage
@@ -83,6 +84,9 @@ class Run:
         self.in_failover = False
         self.resumes_left = 1
         self.manager = self._first()
+        # A PrimeMaster killed during a store outage loses what it could not write (by design:
+        # the job runs on from memory); it dies here only while its writes land.
+        self.crash.allowed = lambda: adapter.synced(self.manager) and not self.store.down
 
     def _cluster(self) -> SimCluster:
         cluster = SimCluster(self.spec, self.clock, self.crash, {sub_master_name(JOB, ELASTIC): ELASTIC})
@@ -95,7 +99,7 @@ class Run:
         if self.rng.random() < 0.05:  # an older release's `dlu run` over a newer document
             newer = JobState(spec=self.spec)
             data = newer.dumps().replace(b'"schema_version":', b'"schema_version":9', 1)
-            self.store.put(JOB, data, None)
+            self.store.plant(JOB, data)
             try:
                 adapter.create(self.spec, self.cluster, self.store, self.clock)
             except SchemaVersionError:
@@ -153,13 +157,17 @@ class Run:
             self.in_failover = True  # ranks of the role report while their peer is recovered
             try:
                 peers = [
-                    n for n in self._ranks(ELASTIC) if n not in names and self.cluster.stages.get(n) is ActorStage.RUNNING
+                    n
+                    for n in self._ranks(ELASTIC)
+                    if n not in names and self.cluster.stages.get(n) is ActorStage.RUNNING
                 ]
                 if peers:
                     agent = self.rng.choice(peers)
                     own = self.rng.random() < 0.5
                     message, error = OWN_HANG if own else PEER_EFFECT
-                    self.note(f"{agent} reports during the failover of {names}: {'own hang' if own else 'peer effect'}")
+                    self.note(
+                        f"{agent} reports during the failover of {names}: {'own hang' if own else 'peer effect'}"
+                    )
                     self._report(agent, message, error, own)
             finally:
                 self.in_failover = False
@@ -169,9 +177,7 @@ class Run:
             n for n, a in self.manager.state.actors.items() if a.role == role and a.rank != SUB_MASTER_RANK
         ]
 
-    def _report(
-        self, agent: str, message: str, error: str, own: bool, fault: Fault | None = None
-    ) -> None:
+    def _report(self, agent: str, message: str, error: str, own: bool, fault: Fault | None = None) -> None:
         """A rank's agent reports a failed training process through its SubMaster; asked again
         of a rebuilt PrimeMaster until answered (`fault`: the one a retry is about)."""
         m = self.manager
@@ -197,9 +203,13 @@ class Run:
         self.reports.remove(report)
         self.result.decisions += 1
         made = [e for e in m.state.events if e.seq > before]
-        counted = [e for e in made if str(e.kind) in ("inplace_restart", "restart_limit") and e.actor == agent]
+        counted = [
+            e for e in made if str(e.kind) in ("inplace_restart", "restart_limit") and e.actor == agent
+        ]
         self.consumed.update(e.seq for e in counted)
-        self.note(f"in-place report of {agent} -> {decision.verdict} counted={decision.counted}: {decision.reason[:80]}")
+        self.note(
+            f"in-place report of {agent} -> {decision.verdict} counted={decision.counted}: {decision.reason[:80]}"
+        )
         delta = m.state.roles[ELASTIC].inplace_restart_count - count_before
         if own:
             stop = decision.verdict is InPlaceVerdict.STOP
@@ -238,10 +248,16 @@ class Run:
             return
         busy = set(state.resize.added) | set(state.resize.removed) if state.resize else set[str]()
         running = [
-            n for n, s in self.cluster.stages.items()
-            if s is ActorStage.RUNNING and n in state.actors and n not in busy and n not in self.cluster.reconstructed
+            n
+            for n, s in self.cluster.stages.items()
+            if s is ActorStage.RUNNING
+            and n in state.actors
+            and n not in busy
+            and n not in self.cluster.reconstructed
         ]
-        ranks = [n for n in running if state.actors[n].role == ELASTIC and state.actors[n].rank != SUB_MASTER_RANK]
+        ranks = [
+            n for n in running if state.actors[n].role == ELASTIC and state.actors[n].rank != SUB_MASTER_RANK
+        ]
         if kind in DEATHS and any(f.kind in DEATHS for f in self.ledger.pending()):
             return  # one death per monitoring pass: each has its recovery to be counted on
         if kind is Kind.MARK and self.crash.left is not None and not self.known:
@@ -273,7 +289,10 @@ class Run:
                 node: names
                 for node, names in self.cluster.live_nodes().items()
                 if all(n in state.actors and n not in busy for n in names)
-                and not any(f.kind in (Kind.CRASH, Kind.HANG) and f.step > quiet_since and f.actors & set(names) for f in self.ledger.faults)
+                and not any(
+                    f.kind in (Kind.CRASH, Kind.HANG) and f.step > quiet_since and f.actors & set(names)
+                    for f in self.ledger.faults
+                )
             }
             if nodes:
                 node = self.rng.choice(sorted(nodes))
@@ -281,7 +300,11 @@ class Run:
                 roles = {state.actors[n].role for n in lost}
                 self.note(f"node loss {node}: {lost}")
                 fault = self.ledger.add(kind, lost, self.step_no, roles)
-                ranks_lost = [n for n in lost if state.actors[n].role == ELASTIC and state.actors[n].rank != SUB_MASTER_RANK]
+                ranks_lost = [
+                    n
+                    for n in lost
+                    if state.actors[n].role == ELASTIC and state.actors[n].rank != SUB_MASTER_RANK
+                ]
                 fault.needs_count = SIMPLE in roles or not ranks_lost
                 self.result.faults += 1
         elif kind is Kind.MARK and ranks:
@@ -293,15 +316,27 @@ class Run:
             if adapter.mark_unhealthy(m, names, rid):
                 self.marks[rid] = names
             self.note(f"mark-unhealthy {names} ({rid})")
-        elif kind is Kind.MASTER and adapter.synced(m) and not self.store.down and (self.known or not self._marking()):
+        elif (
+            kind is Kind.MASTER
+            and adapter.synced(m)
+            and not self.store.down
+            and (self.known or not self._marking())
+        ):
             self.result.faults += 1
             self._rebuild("between commands")
             for rid, marked in self.marks.items():  # the CLI asks again: never marked twice
                 if adapter.mark_unhealthy(self.manager, marked, rid):
                     raise Violation("commands", f"mark-unhealthy {rid} retried was marked again")
-        elif kind is Kind.MID and adapter.synced(m) and not self.store.down and (self.known or not self._marking()):
+        elif (
+            kind is Kind.MID
+            and adapter.synced(m)
+            and not self.store.down
+            and (self.known or not self._marking())
+        ):
             self.crash.arm(self.rng.randint(1, 8), self.rng.random() < 0.5)
-            self.note(f"PrimeMaster armed to die at I/O #{self.crash.left} (put applied: {self.crash.apply_put})")
+            self.note(
+                f"PrimeMaster armed to die at I/O #{self.crash.left} (put applied: {self.crash.apply_put})"
+            )
         elif kind is Kind.STORE_HANG and not self.store.down:
             self.store.hang(self.clock() + self.rng.uniform(1, 25))
             self.note(f"store hangs until {self.store.down_until:.1f}")
@@ -339,7 +374,9 @@ class Run:
         self.resumed = False
         self.result.decisions += 1
 
-    def step(self) -> None:
+    def step(self, kind: Kind | None = None) -> None:
+        """One step: time moves, the world acts (`kind`, else the seed's next choice while
+        faults are on), the manager takes its turn, the invariants are checked."""
         self.step_no += 1
         self.clock.advance(STEP_S)
         self.store.resume_due()
@@ -348,7 +385,9 @@ class Run:
             adapter.store_back(self.manager)
         faults_on = self.step_no <= self.fault_steps
         try:
-            if faults_on:
+            if kind is not None:
+                self.act(kind)
+            elif faults_on:
                 self.act(pick(self.rng))
             else:
                 self.crash.disarm()
@@ -365,7 +404,7 @@ class Run:
         new = self.ledger.read(m.state, self.step_no, self.consumed)
         for event in new:
             self.note(f"  #{event.seq} {event.kind} {event.actor or event.role or ''}: {event.message[:100]}")
-        self.ledger.overdue(self.step_no, m.state.stage)
+        self.ledger.overdue(self.step_no, m.state)
         check_limits(m.state)
         if adapter.synced(m) and not self.store.down and not self.store.late:
             stored = self.store.peek(JOB)
@@ -373,26 +412,51 @@ class Run:
                 check_stored(JobState.loads(stored.data) if stored is not None else None, m.state)
 
     def run(self) -> Result:
+        return self.guarded(self._run)
+
+    def _run(self) -> None:
         limit = self.fault_steps + self.quiet_steps
-        try:
-            while self.step_no < limit:
-                self.step()
+        while self.step_no < limit:
+            self.step()
+            if self.manager.state.stage is JobStage.STOPPED:
+                if not self._resume():
+                    break
+                limit = max(limit, self.step_no + self.quiet_steps)
+        self.check_end()
+
+    def finish(self) -> Result:
+        """No more faults: the job must reach STOPPED within the quiet steps."""
+
+        def quiet() -> None:
+            self.fault_steps = self.step_no
+            for _ in range(self.quiet_steps):
                 if self.manager.state.stage is JobStage.STOPPED:
-                    if not self._resume():
-                        break
-                    limit = max(limit, self.step_no + self.quiet_steps)
-            if self.manager.state.stage is not JobStage.STOPPED:
-                raise Violation(
-                    "the end",
-                    f"faults stopped at step {self.fault_steps} but the job is {self.manager.state.stage} "
-                    f"at step {self.step_no}",
-                )
+                    break
+                self.step()
+            self.check_end()
+
+        return self.guarded(quiet)
+
+    def check_end(self) -> None:
+        if self.manager.state.stage is not JobStage.STOPPED:
+            raise Violation(
+                "the end",
+                f"faults stopped at step {self.fault_steps} but the job is {self.manager.state.stage} "
+                f"at step {self.step_no}",
+            )
+
+    def guarded(self, body: Callable[[], None]) -> Result:
+        """Run `body`; whatever it breaks is this run's violation."""
+        try:
+            body()
         except Violation as exc:
             self.result.violation = str(exc)
         except FencedError as exc:
             self.result.violation = f"only master fenced: {exc}"
         except Exception as exc:
             self.result.violation = f"manager raised: {type(exc).__name__}: {exc}"
+        except MasterKilled as exc:  # a crash point left armed where no step catches it
+            self.result.violation = f"simulation error: MasterKilled escaped at {exc}"
         state = self.manager.state
         self.result.steps = self.step_no
         self.result.events = state.event_seq

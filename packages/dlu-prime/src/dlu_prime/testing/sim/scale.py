@@ -28,7 +28,11 @@ def pass_times(nodes: int = 2048, ranks: int = 8, passes: int = 60) -> list[floa
                     "name": f"train{part}",
                     "kind": "elastic",
                     "entrypoint": "pkg.train:main",
-                    "elastic": {"nnodes": nodes // 2, "nproc_per_node": ranks, "node_check": {"enabled": False}},
+                    "elastic": {
+                        "nnodes": nodes // 2,
+                        "nproc_per_node": ranks,
+                        "node_check": {"enabled": False},
+                    },
                 }
                 for part in (0, 1)
             ],

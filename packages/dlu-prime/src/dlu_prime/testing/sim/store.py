@@ -12,6 +12,7 @@ point, so the PrimeMaster can die with a put applied or not.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import dataclass
 
@@ -88,14 +89,16 @@ class SimStore(MemoryStateStore):
         """What the store holds, outage or not (for the invariants, never for the manager)."""
         return super().get(job)
 
+    def plant(self, job: str, data: bytes) -> None:
+        """Write a document as another program would (no fault, no crash point)."""
+        super().put(job, data, None)
+
     def put(self, job: str, data: bytes, token: int | None) -> int:
         self.puts += 1
         if self.crash.tick("store put"):
             if self.crash.apply_put and not self.down:
-                try:
+                with contextlib.suppress(Exception):  # lost its compare-and-set: nothing applied
                     super().put(job, data, token)
-                except Exception:  # lost its compare-and-set: nothing applied
-                    pass
             raise MasterKilled("store put")
         if self.down:
             if self.hung:
