@@ -83,6 +83,7 @@ class Run:
         self.marks: dict[str, list[str]] = {}  # mark-unhealthy request id -> the names it marked
         self.in_failover = False
         self.resumes_left = 1
+        self.inplace_counted = 0  # in-place restarts the job must have counted (own faults)
         self.manager = self._first()
         # A PrimeMaster killed during a store outage loses what it could not write (by design:
         # the job runs on from memory); it dies here only while its writes land.
@@ -220,6 +221,8 @@ class Run:
                 )
             assert fault is not None
             fault.counted += 1
+            if not stop:
+                self.inplace_counted += 1
         elif decision.counted or delta != 0:
             raise Violation("counted once", f"{agent}'s report of a peer's fault counted: {decision.reason}")
 
@@ -406,6 +409,12 @@ class Run:
             self.note(f"  #{event.seq} {event.kind} {event.actor or event.role or ''}: {event.message[:100]}")
         self.ledger.overdue(self.step_no, m.state)
         check_limits(m.state)
+        counted = m.state.roles[ELASTIC].inplace_restart_count
+        if counted != self.inplace_counted:  # nothing here is a lost node's effect: none forgiven
+            raise Violation(
+                "counted once",
+                f"role {ELASTIC} counts {counted} in-place restarts; {self.inplace_counted} own faults were counted",
+            )
         if adapter.synced(m) and not self.store.down and not self.store.late:
             stored = self.store.peek(JOB)
             if stored is None or stored.data != m.state.dumps():
@@ -480,6 +489,7 @@ class Run:
             self.note(f"dlu resume refused: {exc}")
             return False
         self.note("dlu resume (on a fresh cluster)")
+        self.inplace_counted = self.manager.state.roles[ELASTIC].inplace_restart_count
         self.fault_steps = self.step_no + self.fault_steps // 2
         return True
 
@@ -488,4 +498,8 @@ def run_seed(
     seed: int, fault_steps: int = FAULT_STEPS, quiet_steps: int = QUIET_STEPS, known: bool = False
 ) -> Result:
     logging.disable(logging.CRITICAL)  # the manager logs every decision: not the simulation's output
-    return Run(seed, fault_steps, quiet_steps, known).run()
+    try:
+        run = Run(seed, fault_steps, quiet_steps, known)
+    except Violation as exc:  # the first PrimeMaster's creation (a newer-schema document)
+        return Result(seed, violation=str(exc))
+    return run.run()

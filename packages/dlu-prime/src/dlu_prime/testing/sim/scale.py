@@ -7,7 +7,7 @@ import logging
 import time
 
 from dlu_api.spec import spec_from_dict
-from dlu_prime.master.lifecycle import sub_masters
+from dlu_api.spec.models import JobSpec
 from dlu_prime.master.manager import PrimeManager
 from dlu_prime.naming import sub_master_name
 from dlu_prime.state.memory import MemoryStateStore
@@ -16,39 +16,45 @@ from dlu_prime.testing.sim.cluster import SimCluster
 from dlu_prime.testing.sim.crash import CrashPoint
 
 
-def pass_times(nodes: int = 2048, ranks: int = 8, passes: int = 60) -> list[float]:
-    logging.disable(logging.CRITICAL)
+def scale_spec(nodes: int, ranks: int) -> JobSpec:
+    """One elastic role of `nodes` x `ranks`. A spec holds at most 10,000 actors (a larger one
+    is refused as a typo), so the validated one-node spec is grown to `nodes` afterwards."""
     spec = spec_from_dict(
         {
             "name": "scale",
             "device_type": "CPU",
             "device_per_node": 0,
-            "roles": [  # a role holds at most 10,000 actors: the nodes are split over two roles
+            "roles": [
                 {
-                    "name": f"train{part}",
+                    "name": "train",
                     "kind": "elastic",
                     "entrypoint": "pkg.train:main",
-                    "elastic": {
-                        "nnodes": nodes // 2,
-                        "nproc_per_node": ranks,
-                        "node_check": {"enabled": False},
-                    },
+                    "elastic": {"nnodes": 1, "nproc_per_node": ranks, "node_check": {"enabled": False}},
                 }
-                for part in (0, 1)
             ],
             "health": {"monitor_interval_s": 1.0},
         }
     )
+    role = spec.roles[0]
+    assert role.elastic is not None
+    grown = role.model_copy(
+        update={"total": nodes * ranks, "elastic": role.elastic.model_copy(update={"nnodes": str(nodes)})}
+    )
+    return spec.model_copy(update={"roles": [grown]})
+
+
+def pass_times(nodes: int = 2048, ranks: int = 8, passes: int = 60) -> list[float]:
+    """Seconds of each monitoring pass (poll, judge, apply, recover) of one running job."""
+    logging.disable(logging.CRITICAL)
+    spec = scale_spec(nodes, ranks)
     clock = SimClock()
-    subs = {sub_master_name("scale", f"train{part}"): f"train{part}" for part in (0, 1)}
-    cluster = SimCluster(spec, clock, CrashPoint(), subs)
+    cluster = SimCluster(spec, clock, CrashPoint(), {sub_master_name("scale", "train"): "train"})
     manager = PrimeManager.create(spec, cluster, MemoryStateStore(), clock)
     cluster.restart_actors = manager.recovery.restart_actors
     manager.prepare()
     manager.start()
-    assert sub_masters(manager.state)
-    times: list[float] = []
     workers = [n for n in manager.state.actors if not n.endswith("submaster")]
+    times: list[float] = []
     for i in range(passes):
         clock.advance(1.0)
         cluster.beat()
