@@ -99,7 +99,9 @@ class Ledger:
         if state.events and state.event_seq < state.events[-1].seq:
             raise Violation("events", f"event_seq {state.event_seq} is behind event {state.events[-1].seq}")
         if state.event_seq < self.cursor:  # numbers already shown would be given again
-            raise Violation("events", f"the event numbering went back from {self.cursor} to {state.event_seq}")
+            raise Violation(
+                "events", f"the event numbering went back from {self.cursor} to {state.event_seq}"
+            )
         for event in new:
             if event.seq not in consumed:
                 self._account(event, state, step)
