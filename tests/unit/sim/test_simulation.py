@@ -47,7 +47,7 @@ def test_undoing_causality_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
             return InPlaceDecision(InPlaceVerdict.JOIN, "joined (undone fix)")
         return real(state, role, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("dlu_prime.master.recovery.judge_inplace", joins_all)
+    monkeypatch.setattr("dlu_prime.master.core.requests.judge_inplace", joins_all)
     assert _first_violation("counted once", 400) is not None
 
 

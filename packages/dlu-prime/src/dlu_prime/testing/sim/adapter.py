@@ -9,7 +9,6 @@ simulation's own step (`store_back`), so a run stays single-threaded and replaya
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobStage
@@ -19,15 +18,6 @@ from dlu_prime.scheduler.base import Scheduler
 from dlu_prime.state.base import StateStore
 
 Clock = Callable[[], float]
-
-
-def _surface(manager: PrimeManager, name: str, helper: object) -> Callable[..., Any]:
-    found = getattr(manager, name, None)
-    if callable(found):
-        return found
-    method = getattr(helper, name)
-    assert callable(method)
-    return method
 
 
 def _quiet(manager: PrimeManager) -> PrimeManager:
@@ -74,7 +64,7 @@ def turn(manager: PrimeManager, resumed: bool) -> None:
         return
     if stage is JobStage.RUNNING:
         if resumed:  # (PrimeManager.resume is `dlu resume`, a classmethod: not this one)
-            manager.recovery.resume()
+            manager.resume_in_flight()
             if manager.state.stage is not JobStage.RUNNING:
                 return
         manager.flush()
@@ -89,17 +79,13 @@ def turn(manager: PrimeManager, resumed: bool) -> None:
 
 
 def restart_actors(manager: PrimeManager, names: list[str], reason: str) -> None:
-    _surface(manager, "restart_actors", manager.recovery)(names, reason)
+    manager.restart_actors(names, reason)
 
 
 def note_inplace_restart(
     manager: PrimeManager, role: str, message: str, agent: str, error: str, recovered: bool = False
 ) -> InPlaceDecision:
-    decision = _surface(manager, "note_inplace_restart", manager.recovery)(
-        role, message, agent, error, recovered
-    )
-    assert isinstance(decision, InPlaceDecision)
-    return decision
+    return manager.note_inplace_restart(role, message, agent, error, recovered)
 
 
 def scale(manager: PrimeManager, role: str, size: int, request_id: str) -> str:
@@ -109,17 +95,14 @@ def scale(manager: PrimeManager, role: str, size: int, request_id: str) -> str:
     Raises:
         ScaleError: refused (the job is busy, the size out of range, ...).
     """
-    known = _surface(manager, "known", manager.resizer)
-    if known(request_id) is not None:
+    if manager.resizer.known(request_id) is not None:
         return "known"
-    plan = _surface(manager, "request", manager.resizer)(role, size, request_id=request_id)
+    plan = manager.request_scale(role, size, request_id=request_id)
     return "nothing" if plan.old_size == plan.new_size else "began"
 
 
 def mark_unhealthy(manager: PrimeManager, names: list[str], request_id: str) -> bool:
-    return bool(
-        _surface(manager, "mark_unhealthy", manager.debug)(names, "marked unhealthy (sim)", request_id)
-    )
+    return manager.mark_unhealthy(names, "marked unhealthy (sim)", request_id)
 
 
 def request_stop(manager: PrimeManager, reason: str) -> None:

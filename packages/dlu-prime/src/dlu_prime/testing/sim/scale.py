@@ -52,7 +52,7 @@ def pass_times(nodes: int = 2048, ranks: int = 8, passes: int = 60, cpu: bool = 
     clock = SimClock()
     cluster = SimCluster(spec, clock, CrashPoint(), {sub_master_name("scale", "train"): "train"})
     manager = PrimeManager.create(spec, cluster, MemoryStateStore(), clock)
-    cluster.restart_actors = manager.recovery.restart_actors
+    cluster.restart_actors = manager.restart_actors
     manager.prepare()
     manager.start()
     workers = [n for n in manager.state.actors if not n.endswith("submaster")]
