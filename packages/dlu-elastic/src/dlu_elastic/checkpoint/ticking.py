@@ -4,19 +4,22 @@ until stopped; a surprise in a tick goes to `on_error` and never ends the thread
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 
 
-class Ticking:
+class Ticking(ABC):
     def __init__(self, name: str, tick_s: float) -> None:
         self.tick_s = tick_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @abstractmethod
     def tick(self) -> None:
-        raise NotImplementedError
+        """One round of the thread's work."""
 
+    @abstractmethod
     def on_error(self, exc: Exception) -> None:
-        raise NotImplementedError
+        """A tick raised: record it (an event, a retry); the thread goes on."""
 
     def start(self) -> Ticking:
         self._thread.start()
