@@ -47,8 +47,9 @@ def lock_constraints(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, 
 def cluster_venv(
     tmp_path_factory: pytest.TempPathFactory, wheel_dist: Path, lock_constraints: Path, uv_bin: str
 ) -> Venv:
-    """What a cluster image holds: our four wheels and `ray[default]` (job server, dashboard)."""
-    wheels = sorted(wheel_dist.glob("*.whl"))
+    """What a cluster image holds: our four wheels and `ray[default]` (job server, dashboard);
+    the Brain's wheel is not in it (it runs on one machine per cluster)."""
+    wheels = sorted(w for w in wheel_dist.glob("*.whl") if w.name.split("-")[0] in PACKAGES)
     assert [w.name.split("-")[0] for w in wheels] == sorted(PACKAGES)
     root = tmp_path_factory.mktemp("cluster-env") / "venv"
     return make_venv(uv_bin, root, lock_constraints, *wheels, "ray[default]")

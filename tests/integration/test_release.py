@@ -27,6 +27,6 @@ def test_release_check_builds_every_package_and_installs_dlu_api_alone(tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "release check: ok"
     wheels = sorted(p.name.split("-")[0] for p in (tmp_path / "release" / "dist").glob("*.whl"))
-    assert wheels == ["dlu_api", "dlu_elastic", "dlu_prime", "dlu_store_redis"]
+    assert wheels == ["dlu_api", "dlu_brain", "dlu_elastic", "dlu_prime", "dlu_store_redis"]
     listed = (tmp_path / "release" / "venv" / "lib").glob("python*/site-packages/dlu_prime")
     assert not list(listed), "dlu-prime was installed with dlu-api"
