@@ -87,8 +87,10 @@ def train() -> None:
         dist.all_reduce(lockstep)
         checkpoint.save(step, None if shared and rank != 0 else state)
         sums = out / f"sum-r{rank}-s{step}.txt"
-        if not sums.exists():
-            sums.write_text(checksum(state))
+        if not sums.exists():  # atomic: a SIGKILL between the open and the write leaves no empty record
+            partial = sums.with_name(f".{sums.name}.{os.getpid()}")
+            partial.write_text(checksum(state))
+            partial.replace(sums)
         if attempt == 0 and (step, rank) == (kill_step, kill_rank):
             os.kill(os.getpid(), signal.SIGKILL)
         if lockstep[0] > 0:

@@ -181,12 +181,6 @@ def test_agent_killed_with_its_memory_and_no_persistence_starts_afresh_and_says_
     assert not leftovers("flash-agent-none")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="resumed from memory in 2 of 4 runs at load ~20; in the others both ranks restored "
-    "nothing (suspected: the replacement stopped waiting for the old processes after 10 s). "
-    "Open in issue 29.",
-)
 def test_role_restart_adopts_the_dead_agents_slots_and_resumes_from_memory(
     ray_session: Any, tmp_path: Path
 ) -> None:

@@ -180,14 +180,14 @@ def test_the_reaper_removes_the_folder_when_its_agent_ends() -> None:
         ],
         stdout=subprocess.PIPE,
         text=True,
-        env=os.environ.copy(),
+        env={**os.environ, shm.ADOPT_GRACE_ENV: "2"},  # the adoption grace, short here
     )
     assert agent.stdout is not None
     where = Path(agent.stdout.readline().strip())
     assert where.is_dir()
     agent.kill()  # SIGKILL: no clean-up code of the agent runs
     agent.wait()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 45
     while where.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not where.exists()

@@ -44,7 +44,7 @@ ADOPTED_FILE = "adopted.json"  # left by an adopting agent for the next load() t
 LOCK_FILE = ".reaper.lock"  # a reaper holds a shared lock on it while it keeps the folder
 # How long a dead agent's folder waits for its replacement (tests shorten it).
 ADOPT_GRACE_ENV = "DLU_CHECKPOINT_ADOPT_GRACE_S"
-ADOPT_GRACE_S = 30.0
+ADOPT_GRACE_S = 120.0  # a role restart on a loaded host was seen taking 41 s: room for 3x that
 # How long an adopting agent waits for its predecessor's processes to be gone.
 ADOPT_WAIT_S = 10.0
 
