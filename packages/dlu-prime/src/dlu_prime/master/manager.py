@@ -13,7 +13,8 @@ Around it: `executor.py` runs the commands, `monitoring.py` observes a monitorin
 `resizer.py` takes `dlu scale` requests (the resize chain is the core's), `registry.py` the
 endpoints and channels, `debug.py` what `dlu debug` needs, `persistence.py` the store writes,
 `hooks.py` what reacts to changes (the log, metrics), `construction.py` a new, resumed or
-rebuilt PrimeManager.
+rebuilt PrimeManager, `stop_requests.py` stops asked on other threads, `reports.py` what
+SubMasters only tell, `status_view.py` a status that never waits on a hung store.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus
-from dlu_api.vocabulary import EventKind, InPlaceDecision, Tier
+from dlu_api.vocabulary import EventKind, InPlaceDecision
 from dlu_prime.extension import Extension
 from dlu_prime.master import construction
 from dlu_prime.master.changes import Change, Note, StageChanged, apply_change
@@ -62,16 +63,16 @@ from dlu_prime.master.monitoring import Monitoring
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.ports import StatePort
 from dlu_prime.master.registry import Registry
+from dlu_prime.master.reports import Reports
 from dlu_prime.master.resize import ResizePlan
 from dlu_prime.master.resizer import ResizeRunner
 from dlu_prime.master.state import JobState
+from dlu_prime.master.status_view import live_status
+from dlu_prime.master.stop_requests import StopRequests
 from dlu_prime.scheduler.base import ActorObservation, Scheduler
 from dlu_prime.state.base import StateStore
 
 logger = logging.getLogger(__name__)
-
-STATUS_LOCK_WAIT_S = 0.5
-"""How long `status` waits for the lock before it looks whether its holder waits on the store."""
 
 Clock = Callable[[], float]
 ChangeHook = Callable[["PrimeManager", Change, list[JobEvent]], None]
@@ -115,8 +116,10 @@ class PrimeManager:
         )
         self.liveness = self.monitoring.liveness
         self.elastic = self.monitoring.elastic  # elastic roles: what a pass sees of their nodes
+        self._wake = threading.Event()
+        self.stops = StopRequests(self.lock, self._wake.set)  # asked on other threads, taken by the loop
         callbacks = Callbacks(
-            self.liveness.forget, self._ask_stop, self.wake, lambda: sub_masters(self.state)
+            self.liveness.forget, self.stops.ask, self.wake, lambda: sub_masters(self.state)
         )
         # A clock that can sleep (a simulated one) governs the executor's waits too.
         wait = sleep or getattr(clock, "sleep", None) or time.sleep
@@ -125,15 +128,13 @@ class PrimeManager:
             port,
             self.executor.run,
             clock,
-            lambda: self._stop_request,
+            lambda: self.stops.user,
             lambda: self.writer.retain(self.state.job),
         )
         self.resizer = ResizeRunner(port, self.handle)  # `dlu scale`: decided at once, run by the loop
         self.registry = Registry(port)
         self.debug = DebugTools(port, self.inject, self.steps)
-        self._wake = threading.Event()
-        self._stop_request: str | None = None
-        self._failed_request: str | None = None
+        self.reports = Reports(port, lambda: self.metrics)
 
     @property
     def extension(self) -> Extension | None:
@@ -252,27 +253,15 @@ class PrimeManager:
     # control from other threads ----------------------------------------------------------------
     def request_stop(self, reason: str = "stopped by user request") -> None:
         """Stop the job: decided by its loop at its next step (woken now)."""
-        with self.lock:
-            if self._stop_request is None:
-                self._stop_request = reason
-        self._wake.set()
+        self.stops.request(reason)
 
     def request_stop_failed(self, reason: str) -> None:
         """Stop the job as failed (a limit reached outside the monitoring thread)."""
-        with self.lock:
-            if self._failed_request is None:
-                self._failed_request = reason
-        self._wake.set()
-
-    def _ask_stop(self, reason: str, failed: bool) -> None:
-        if failed:
-            self.request_stop_failed(reason)
-        else:
-            self.request_stop(reason)
+        self.stops.request_failed(reason)
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop_request is not None
+        return self.stops.user is not None
 
     def wake(self) -> None:
         """A pushed report (an actor restarted, an error): monitor now instead of at the next tick."""
@@ -326,46 +315,17 @@ class PrimeManager:
         tier: str | None = None,
         duration_s: float | None = None,
     ) -> None:
-        """An event from a SubMaster (node check verdicts, the end of an in-place restart with
-        its duration), saved at once."""
-        self.apply(
-            Note(EventKind(kind), message, role, tier=Tier(tier) if tier else None, duration_s=duration_s)
-        )
+        """An event from a SubMaster, saved at once (`Reports.record_event`)."""
+        self.reports.record_event(kind, message, role, tier, duration_s)
 
     def checkpoint_restored(self, role: str, step: int, source: str, lost_steps: int | None) -> None:
-        """A role's ranks resumed checkpoint `step` from `source` after a recovery (reported by
-        its rank 0's agent): an event on the timeline (console, `dlu status`) and the lost-steps
-        metric."""
-        lost = "unknown" if lost_steps is None else str(lost_steps)
-        self.apply(
-            Note(
-                EventKind.CHECKPOINT_RESTORED, f"resumed step {step} from {source}; steps lost: {lost}", role
-            )
-        )
-        if self.metrics is not None and lost_steps:
-            self.metrics.lost_steps(role, lost_steps)
+        """A role's ranks resumed a checkpoint after a recovery (`Reports.checkpoint_restored`)."""
+        self.reports.checkpoint_restored(role, step, source, lost_steps)
 
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
-        """The persisted state plus the live training steps and metrics (kept in memory: not worth a write).
-
-        Never waits on a hung store: while the lock's holder is blocked in a state write (which
-        may take the store's whole retry budget), the state is read without the lock, since
-        nothing can change it meanwhile (every change holds the lock)."""
-        locked = self.lock.acquire(timeout=STATUS_LOCK_WAIT_S)
-        while not locked and not self.writer.writing:
-            locked = self.lock.acquire(timeout=STATUS_LOCK_WAIT_S)
-        try:
-            status = self.state.to_status(events, events_after)
-            steps = self.liveness.last_steps()
-            metrics = self.liveness.last_metrics()
-        finally:
-            if locked:
-                self.lock.release()
-        for role in status.roles:
-            for actor in role.actors:
-                actor.step = steps.get(actor.name)
-                actor.metric = metrics.get(actor.name)
-        return status
+        """The persisted state plus the live training steps and metrics; never waits on a hung
+        store (`status_view.live_status`)."""
+        return live_status(self.state, self.lock, self.writer, self.liveness, events, events_after)
 
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""
@@ -418,7 +378,7 @@ class PrimeManager:
 
     def start(self) -> None:
         """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
-        self.handle(StartRequested(self._stop_request))
+        self.handle(StartRequested(self.stops.user))
 
     def step(self, observations: dict[str, ActorObservation], now: float) -> Assessment:
         """Observations -> judgement (see `Monitoring.step`)."""
@@ -426,11 +386,9 @@ class PrimeManager:
 
     def monitor_once(self) -> Assessment:
         """One pass (`Monitoring.once`), unless a stop was asked for on another thread."""
-        if self._failed_request is not None:
-            self.finish(EXIT_FAILED, self._failed_request)
-            return Assessment()
-        if self._stop_request is not None:
-            self.finish(EXIT_STOPPED, self._stop_request)
+        stop = self.stops.pending()
+        if stop is not None:
+            self.handle(stop)
             return Assessment()
         return self.monitoring.once()
 
