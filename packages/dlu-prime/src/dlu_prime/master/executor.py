@@ -222,7 +222,7 @@ class Executor:
         `wait_s` (or it is gone for good). Waited on the clock port (a simulated clock governs
         it), and for at most `wait_s` worth of polls where that clock does not move."""
         deadline = self.clock() + wait_s
-        for _ in range(max(1, math.ceil(wait_s / REBUILD_POLL_S))):
+        for _ in range(math.ceil(wait_s / REBUILD_POLL_S) + 1):  # the last poll at the deadline
             seen = self.scheduler.poll([name]).get(name)
             if seen is not None and seen.stage is not None:
                 return seen.incarnation
