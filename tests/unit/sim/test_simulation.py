@@ -60,7 +60,7 @@ def test_undoing_resume_numbering_is_found(monkeypatch: pytest.MonkeyPatch) -> N
         state.event_seq = 0
         return state
 
-    monkeypatch.setattr("dlu_prime.master.manager.resumed_state", renumbers)
+    monkeypatch.setattr("dlu_prime.master.construction.resumed_state", renumbers)
     assert _first_violation("events", 400) is not None
 
 

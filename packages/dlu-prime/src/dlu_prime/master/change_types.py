@@ -12,7 +12,14 @@ from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage, EventKind, InPlaceDecision, Tier
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Assessment
-from dlu_prime.master.resize import FellBelowMin, ResizeBegan, ResizeEnded, StartedWithout, TargetSet
+from dlu_prime.master.resize import (
+    FellBelowMin,
+    ResizeBegan,
+    ResizeChecked,
+    ResizeEnded,
+    StartedWithout,
+    TargetSet,
+)
 from dlu_prime.master.state import FailoverRecord
 
 
@@ -170,4 +177,5 @@ Change = (
     | StartedWithout
     | TargetSet
     | FellBelowMin
+    | ResizeChecked
 )

@@ -39,11 +39,13 @@ from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.resize import (
     FellBelowMin,
     ResizeBegan,
+    ResizeChecked,
     ResizeEnded,
     StartedWithout,
     TargetSet,
     fell_below_min,
     resize_began,
+    resize_checked,
     resize_ended,
     started_without,
     target_set,
@@ -230,6 +232,8 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
         case TargetSet():
             for kind, message, _ in target_set(state, change):
                 note(Note(kind, message, role=change.role))
+        case ResizeChecked():
+            resize_checked(state, change)
         case FellBelowMin():
             node = state.actors[change.culprit].node_id
             for kind, message, _ in fell_below_min(state, change):

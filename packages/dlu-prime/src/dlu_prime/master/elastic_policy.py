@@ -11,7 +11,8 @@
 - By hand: `dlu scale JOB ROLE N` sets the target (a node count within MIN..MAX): surplus nodes
   stop (highest first), missing ones (lowest first) are added.
 
-`ElasticResizer` (elastic_resize.py) does the I/O.
+The decision core decides with these rules (`core/elastic_chain.py`, `core/resize_chain.py`);
+the executor does the I/O.
 """
 
 from __future__ import annotations

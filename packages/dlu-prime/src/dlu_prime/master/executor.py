@@ -9,6 +9,7 @@ created or adopted by name, start is idempotent, removal skips what is already g
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,17 +17,28 @@ from typing import Any
 
 from dlu_prime.extension import Extension
 from dlu_prime.master.core.commands import (
+    AddActors,
     AdoptResized,
+    AskNodeNeeds,
     AskStop,
+    CheckNodes,
     Cleanup,
     Command,
+    DropActors,
     FindDeadNodes,
     FindDeadPeers,
+    FindLostNodes,
+    FindPlacedNodes,
     ForgetLiveness,
+    KnowActors,
     PlaceActors,
     RecoverSubMasters,
+    ReformTraining,
     RelaunchNodes,
+    RemoveActors,
+    RemoveNodeGroups,
     ReplaceActors,
+    RequeueShards,
     RunChecks,
     StartActors,
     StopActors,
@@ -35,6 +47,7 @@ from dlu_prime.master.core.commands import (
 )
 from dlu_prime.master.core.events import Done
 from dlu_prime.master.lifecycle import gone
+from dlu_prime.master.resize_plan import SubMasterAway
 from dlu_prime.scheduler.base import ActorSetupError, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -42,6 +55,8 @@ logger = logging.getLogger(__name__)
 # A role failover through its SubMaster replaces and sets up actors: minutes on a big node, never
 # forever. Past this the failover failed (and escalates to a job restart).
 SUB_MASTER_FAILOVER_TIMEOUT_S = 600.0
+
+REBUILD_POLL_S = 0.1  # how often a rebuilt incarnation is looked for (`RunChecks.wait_s`)
 
 
 @dataclass
@@ -81,6 +96,9 @@ class Executor:
             wait = command.wait_s if isinstance(command, RunChecks) else 0.0
             incarnation = self._await_incarnation(exc.actor, wait) if exc.transient and wait else None
             return Done(command, incarnation, exc, self.clock() - started)
+        except SubMasterAway as exc:
+            logger.info("%s waits: %s", type(command).__name__, exc)
+            return Done(command, None, exc, self.clock() - started)
         except Exception as exc:
             logger.warning(
                 "%s failed: %s: %s", type(command).__name__, type(exc).__name__, exc, exc_info=True
@@ -137,6 +155,57 @@ class Executor:
             case Wake():
                 self.callbacks.wake()
                 return None
+            case _:
+                return self._run_resize(command)
+
+    def _run_resize(self, command: Command) -> Any:
+        """The steps of a resize and the views its decisions need."""
+        s = self.scheduler
+        match command:
+            case KnowActors(role=role, ranks=ranks, world=world):
+                s.know(role, list(ranks), world)
+            case AddActors(role=role, ranks=ranks, world=world):
+                return s.add_actors(role, list(ranks), world)
+            case RemoveActors(names=names):
+                s.remove_actors(list(names))
+            case DropActors(names=names):
+                s.drop_actors(list(names))
+            case RemoveNodeGroups(role=role, nodes=nodes):
+                s.remove_node_groups(role, list(nodes))
+            case RequeueShards(queues=queues, names=names):
+                return s.requeue_shards(list(queues), list(names))
+            case FindPlacedNodes(role=role, nodes=nodes, wait_s=wait_s):
+                return s.placed_nodes(role, list(nodes), wait_s=wait_s)
+            case AskNodeNeeds(role=role):
+                return s.node_needs(role)
+            case FindLostNodes(nodes=nodes):
+                return s.dead_nodes(list(nodes))
+            case CheckNodes(sub=sub, ranks=ranks, timeout_s=timeout_s):
+                return self._call_sub(sub, "check_nodes", list(ranks), timeout_s=timeout_s)
+            case ReformTraining(sub=sub, ranks=ranks, added=added, reform_s=reform_s, timeout_s=timeout_s):
+                return self._call_sub(
+                    sub, "resize_members", list(ranks), list(added), reform_s, timeout_s=timeout_s
+                )
+            case _:
+                raise TypeError(f"not a command: {command!r}")
+        return None
+
+    def _call_sub(self, sub: str, method: str, *args: Any, timeout_s: float) -> Any:
+        """Call the role's SubMaster, which must be the set-up incarnation: one that is dead, being
+        rebuilt by Ray, or rebuilt and not set up yet (it died with the lost node, or on its own)
+        raises `SubMasterAway`, before the call or when the call failed because of it."""
+        self._sub_ready(sub)
+        try:
+            return self.scheduler.call(sub, method, *args, timeout_s=timeout_s)
+        except ActorSetupError:
+            self._sub_ready(sub)
+            raise
+
+    def _sub_ready(self, sub: str) -> None:
+        seen = self.scheduler.poll([sub]).get(sub)
+        if seen is None or gone(seen) or seen.unavailable:
+            error = (seen.error if seen is not None else None) or "not answering"
+            raise SubMasterAway(f"its SubMaster {sub} is dead or being rebuilt by Ray ({error})")
 
     def _dead_peers(self, peers: dict[str, str | None] | Any) -> list[str]:
         """Peers on a node Ray marks dead are dead: asking them would wait out the poll timeout
@@ -150,14 +219,16 @@ class Executor:
 
     def _await_incarnation(self, name: str, wait_s: float) -> str | None:
         """Which process of `name` answers once Ray has rebuilt it; None if none answers within
-        `wait_s` (or it is gone for good)."""
-        deadline = time.monotonic() + wait_s
-        while True:
+        `wait_s` (or it is gone for good). Waited on the clock port (a simulated clock governs
+        it), and for at most `wait_s` worth of polls where that clock does not move."""
+        deadline = self.clock() + wait_s
+        for _ in range(math.ceil(wait_s / REBUILD_POLL_S) + 1):  # the last poll at the deadline
             seen = self.scheduler.poll([name]).get(name)
             if seen is not None and seen.stage is not None:
                 return seen.incarnation
             if seen is not None and not seen.unavailable and "no longer exists" in (seen.error or ""):
                 return None
-            if time.monotonic() >= deadline:
+            if self.clock() >= deadline:
                 return None
-            self.sleep(0.1)
+            self.sleep(REBUILD_POLL_S)
+        return None

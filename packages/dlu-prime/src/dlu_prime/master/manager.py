@@ -9,9 +9,12 @@ outcome is decided in turn. A multi-step recovery is a chain of such decisions, 
 reconstructed PrimeMaster resumes it from the saved state. A lost compare-and-set means another
 PrimeMaster owns the job and this one must stop touching it.
 
-Around it: `executor.py` runs the commands, `resizer.py` and `elastic_resize.py` the resizes,
-`registry.py` the endpoints and channels, `debug.py` what `dlu debug` needs, `persistence.py`
-the store writes, `hooks.py` what reacts to changes (the log, metrics).
+Around it: `executor.py` runs the commands, `monitoring.py` observes a monitoring pass,
+`resizer.py` takes `dlu scale` requests (the resize chain is the core's), `registry.py` the
+endpoints and channels, `debug.py` what `dlu debug` needs, `persistence.py` the store writes,
+`hooks.py` what reacts to changes (the log, metrics), `construction.py` a new, resumed or
+rebuilt PrimeManager, `stop_requests.py` stops asked on other threads, `reports.py` what
+SubMasters only tell, `status_view.py` a status that never waits on a hung store.
 """
 
 from __future__ import annotations
@@ -20,19 +23,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from dlu_api.spec.models import JobSpec
 from dlu_api.status import JobEvent, JobStage, JobStatus
-from dlu_api.vocabulary import EventKind, InPlaceDecision, Tier
+from dlu_api.vocabulary import EventKind, InPlaceDecision
 from dlu_prime.extension import Extension
+from dlu_prime.master import construction
 from dlu_prime.master.changes import Change, Note, StageChanged, apply_change
 from dlu_prime.master.core.events import (
     Event,
     InPlaceReported,
-    MasterRebuilt,
-    PassObserved,
     PrepareRequested,
     RestartRequested,
     StartRequested,
@@ -40,7 +41,6 @@ from dlu_prime.master.core.events import (
     Tick,
 )
 from dlu_prime.master.debug import DebugTools
-from dlu_prime.master.elastic_resize import ElasticResizer
 from dlu_prime.master.executor import SUB_MASTER_FAILOVER_TIMEOUT_S, Callbacks, Executor
 from dlu_prime.master.hooks import failover_metrics, log_stage
 from dlu_prime.master.lifecycle import (
@@ -52,31 +52,27 @@ from dlu_prime.master.lifecycle import (
     IllegalTransition,
     RestartLimitError,
     ResumeError,
-    gone,
     new_state,
     resume_problem,
-    resumed_state,
     sub_masters,
 )
-from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.loop import DecisionLoop
 from dlu_prime.master.metrics import JobMetrics
-from dlu_prime.master.monitor import Assessment, Failure, assess
+from dlu_prime.master.monitor import Assessment, Failure
+from dlu_prime.master.monitoring import Monitoring
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.ports import StatePort
 from dlu_prime.master.registry import Registry
-from dlu_prime.master.resize import ResizePlan, resizing
+from dlu_prime.master.reports import Reports
+from dlu_prime.master.resize import ResizePlan
 from dlu_prime.master.resizer import ResizeRunner
-from dlu_prime.master.schema import refuse_newer
-from dlu_prime.master.stall_watch import StallWatch
 from dlu_prime.master.state import JobState
+from dlu_prime.master.status_view import live_status
+from dlu_prime.master.stop_requests import StopRequests
 from dlu_prime.scheduler.base import ActorObservation, Scheduler
 from dlu_prime.state.base import StateStore
 
 logger = logging.getLogger(__name__)
-
-STATUS_LOCK_WAIT_S = 0.5
-"""How long `status` waits for the lock before it looks whether its holder waits on the store."""
 
 Clock = Callable[[], float]
 ChangeHook = Callable[["PrimeManager", Change, list[JobEvent]], None]
@@ -105,6 +101,7 @@ class PrimeManager:
         clock: Clock = time.time,
         extension: Extension | None = None,
         sub_master_timeout_s: float = SUB_MASTER_FAILOVER_TIMEOUT_S,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.state = state
         self.scheduler = scheduler
@@ -113,32 +110,31 @@ class PrimeManager:
         self.writer = StateWriter(store, token, self._record_unsaved, self.wake)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
         self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
-        self.liveness = Liveness()
-        callbacks = Callbacks(
-            self.liveness.forget, self._ask_stop, self.wake, lambda: sub_masters(self.state)
+        port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake)
+        self.monitoring = Monitoring(
+            port, scheduler, clock, self.handle, lambda: self.extension is not None, lambda: self.metrics
         )
-        self.executor = Executor(scheduler, callbacks, extension, clock, sub_master_timeout_s)
+        self.liveness = self.monitoring.liveness
+        self.elastic = self.monitoring.elastic  # elastic roles: what a pass sees of their nodes
+        self._wake = threading.Event()
+        self.stops = StopRequests(self.lock, self._wake.set)  # asked on other threads, taken by the loop
+        callbacks = Callbacks(
+            self.liveness.forget, self.stops.ask, self.wake, lambda: sub_masters(self.state)
+        )
+        # A clock that can sleep (a simulated one) governs the executor's waits too.
+        wait = sleep or getattr(clock, "sleep", None) or time.sleep
+        self.executor = Executor(scheduler, callbacks, extension, clock, sub_master_timeout_s, wait)
         self.loop = DecisionLoop(
-            StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake),
+            port,
             self.executor.run,
             clock,
-            lambda: self._stop_request,
+            lambda: self.stops.user,
             lambda: self.writer.retain(self.state.job),
         )
-        port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake)
-        # elastic roles with a MIN:MAX range: shrink and grow
-        self.elastic = ElasticResizer(
-            port, scheduler, lambda: self.extension is not None, self.finish, self.liveness.forget
-        )
-        # `dlu scale`: requests saved here, run by `run`'s loop
-        self.resizer = ResizeRunner(port, scheduler, self.elastic.run)
+        self.resizer = ResizeRunner(port, self.handle)  # `dlu scale`: decided at once, run by the loop
         self.registry = Registry(port)
         self.debug = DebugTools(port, self.inject, self.steps)
-        self.stall = StallWatch()  # "nothing moves": reported, never acted on
-        self._wake = threading.Event()
-        self._stop_request: str | None = None
-        self._failed_request: str | None = None
-        self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
+        self.reports = Reports(port, lambda: self.metrics)
 
     @property
     def extension(self) -> Extension | None:
@@ -149,7 +145,7 @@ class PrimeManager:
     def extension(self, extension: Extension | None) -> None:
         self.executor.extension = extension
 
-    # construction ------------------------------------------------------------------------------
+    # construction (`construction.py`) -------------------------------------------------------
     @classmethod
     def create(
         cls,
@@ -159,22 +155,12 @@ class PrimeManager:
         clock: Clock = time.time,
         extension: Extension | None = None,
     ) -> PrimeManager:
-        """A new run of the job. Any stored state of an earlier run with this name is replaced,
-        so a resubmitted job never picks up a finished job's results.
+        """A new run of the job (see `construction.create`).
 
         Raises:
             SchemaVersionError: the stored state was written by a newer dlu-prime (not replaced).
         """
-        existing = store.get(spec.name)
-        if existing is not None:
-            refuse_newer(spec.name, existing.data)
-        manager = cls(
-            new_state(spec), scheduler, store, existing.token if existing else None, clock, extension
-        )
-        manager.apply(
-            Note(EventKind.JOB_CREATED, f"job {spec.name} created (run {manager.state.run_id[:8]})")
-        )
-        return manager
+        return construction.create(cls, spec, scheduler, store, clock, extension)
 
     @classmethod
     def resume(
@@ -185,29 +171,12 @@ class PrimeManager:
         clock: Clock = time.time,
         extension: Extension | None = None,
     ) -> PrimeManager:
-        """A job-level restart of a stored job, possibly on a new Ray cluster: a fresh run that
-        keeps the counters, budgets and timeline of the stored one (the user's checkpoints give
-        the training progress).
+        """A job-level restart of a stored job (see `construction.resume`).
 
         Raises:
             ResumeError: nothing stored, the job already succeeded, or a restart limit is used up.
         """
-        stored = store.get(spec.name)
-        old = JobState.loads(stored.data) if stored is not None else None
-        problem = resume_problem(spec, old)
-        if problem is not None or stored is None or old is None:
-            raise ResumeError(problem or "nothing to resume")
-        state = resumed_state(spec, old)
-        manager = cls(state, scheduler, store, stored.token, clock, extension)
-        why = old.reason.splitlines()[0] if old.reason else "no reason recorded"
-        restarts = f"restart {state.job_restart_count}/{spec.limits.job_max_restart}"
-        manager.apply(
-            Note(
-                EventKind.JOB_RESUMED,
-                f"job {spec.name} resumed ({restarts}) after stage {old.stage.value}: {why}",
-            )
-        )
-        return manager
+        return construction.resume(cls, spec, scheduler, store, clock, extension)
 
     @classmethod
     def self_recover(
@@ -218,22 +187,9 @@ class PrimeManager:
         clock: Clock = time.time,
         extension: Extension | None = None,
     ) -> PrimeManager | None:
-        """Tier 6: a reconstructed PrimeMaster loads the saved state and self-recovers. RUNNING
-        resumes monitoring with the actors it finds (healthy workers untouched; an in-flight
-        failover is finished by `run`); any other stage, or an error here, stops the job
-        safely. None when nothing is stored."""
-        stored = store.get(spec.name)
-        if stored is None:
-            return None
-        manager = cls(JobState.loads(stored.data), scheduler, store, stored.token, clock, extension)
-        try:
-            manager.handle(MasterRebuilt())
-        except (FencedError, IllegalTransition):
-            raise
-        except Exception as exc:
-            logger.exception("job %s: self-recovery failed", manager.state.job)
-            manager.finish(EXIT_FAILED, f"PrimeMaster self-recovery failed: {type(exc).__name__}: {exc}")
-        return manager
+        """Tier 6: a reconstructed PrimeMaster loads the saved state and self-recovers (see
+        `construction.self_recover`). None when nothing is stored."""
+        return construction.self_recover(cls, spec, scheduler, store, clock, extension)
 
     # the one apply -----------------------------------------------------------------------------
     def apply(self, *changes: Change) -> None:
@@ -297,27 +253,15 @@ class PrimeManager:
     # control from other threads ----------------------------------------------------------------
     def request_stop(self, reason: str = "stopped by user request") -> None:
         """Stop the job: decided by its loop at its next step (woken now)."""
-        with self.lock:
-            if self._stop_request is None:
-                self._stop_request = reason
-        self._wake.set()
+        self.stops.request(reason)
 
     def request_stop_failed(self, reason: str) -> None:
         """Stop the job as failed (a limit reached outside the monitoring thread)."""
-        with self.lock:
-            if self._failed_request is None:
-                self._failed_request = reason
-        self._wake.set()
-
-    def _ask_stop(self, reason: str, failed: bool) -> None:
-        if failed:
-            self.request_stop_failed(reason)
-        else:
-            self.request_stop(reason)
+        self.stops.request_failed(reason)
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop_request is not None
+        return self.stops.user is not None
 
     def wake(self) -> None:
         """A pushed report (an actor restarted, an error): monitor now instead of at the next tick."""
@@ -325,8 +269,7 @@ class PrimeManager:
 
     def inject(self, failures: Sequence[Failure]) -> None:
         """Failures reported through the PrimeMaster, judged at the next pass (woken now)."""
-        with self.lock:
-            self._injected.extend(failures)
+        self.monitoring.inject(failures)
         self._wake.set()
 
     def restart_actors(self, names: list[str], reason: str) -> None:
@@ -351,7 +294,8 @@ class PrimeManager:
     def request_scale(
         self, role: str, size: int, cause: str = "dlu scale", request_id: str | None = None
     ) -> ResizePlan:
-        """`dlu scale`: judged and saved in flight, run by the loop (see `ResizeRunner.request`).
+        """`dlu scale` (or an auto-scaling policy): decided and saved in flight at once, carried
+        out by the loop (the core's resize chain; see `ResizeRunner.request`).
 
         Raises:
             ScaleError: refused (the message names the value and the fix); nothing changed.
@@ -371,46 +315,17 @@ class PrimeManager:
         tier: str | None = None,
         duration_s: float | None = None,
     ) -> None:
-        """An event from a SubMaster (node check verdicts, the end of an in-place restart with
-        its duration), saved at once."""
-        self.apply(
-            Note(EventKind(kind), message, role, tier=Tier(tier) if tier else None, duration_s=duration_s)
-        )
+        """An event from a SubMaster, saved at once (`Reports.record_event`)."""
+        self.reports.record_event(kind, message, role, tier, duration_s)
 
     def checkpoint_restored(self, role: str, step: int, source: str, lost_steps: int | None) -> None:
-        """A role's ranks resumed checkpoint `step` from `source` after a recovery (reported by
-        its rank 0's agent): an event on the timeline (console, `dlu status`) and the lost-steps
-        metric."""
-        lost = "unknown" if lost_steps is None else str(lost_steps)
-        self.apply(
-            Note(
-                EventKind.CHECKPOINT_RESTORED, f"resumed step {step} from {source}; steps lost: {lost}", role
-            )
-        )
-        if self.metrics is not None and lost_steps:
-            self.metrics.lost_steps(role, lost_steps)
+        """A role's ranks resumed a checkpoint after a recovery (`Reports.checkpoint_restored`)."""
+        self.reports.checkpoint_restored(role, step, source, lost_steps)
 
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
-        """The persisted state plus the live training steps and metrics (kept in memory: not worth a write).
-
-        Never waits on a hung store: while the lock's holder is blocked in a state write (which
-        may take the store's whole retry budget), the state is read without the lock, since
-        nothing can change it meanwhile (every change holds the lock)."""
-        locked = self.lock.acquire(timeout=STATUS_LOCK_WAIT_S)
-        while not locked and not self.writer.writing:
-            locked = self.lock.acquire(timeout=STATUS_LOCK_WAIT_S)
-        try:
-            status = self.state.to_status(events, events_after)
-            steps = self.liveness.last_steps()
-            metrics = self.liveness.last_metrics()
-        finally:
-            if locked:
-                self.lock.release()
-        for role in status.roles:
-            for actor in role.actors:
-                actor.step = steps.get(actor.name)
-                actor.metric = metrics.get(actor.name)
-        return status
+        """The persisted state plus the live training steps and metrics; never waits on a hung
+        store (`status_view.live_status`)."""
+        return live_status(self.state, self.lock, self.writer, self.liveness, events, events_after)
 
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""
@@ -463,41 +378,19 @@ class PrimeManager:
 
     def start(self) -> None:
         """READY -> RUNNING: saved first, then every actor is started (start is idempotent)."""
-        self.handle(StartRequested(self._stop_request))
+        self.handle(StartRequested(self.stops.user))
 
     def step(self, observations: dict[str, ActorObservation], now: float) -> Assessment:
-        """Observations -> judgement, pure but for the liveness memory it keeps (when each
-        actor's beats and steps last moved, on this clock)."""
-        live = self.liveness
-        live.track(observations, now)
-        result = assess(self.state, observations, now, live.steps, live.unavailable, live.beats)
-        with self.lock:
-            injected, self._injected = self._injected, []
-        return replace(result, failures=(*result.failures, *injected)) if injected else result
+        """Observations -> judgement (see `Monitoring.step`)."""
+        return self.monitoring.step(observations, now)
 
     def monitor_once(self) -> Assessment:
-        """One pass: poll, judge (`step`), then decide (record, recover, or end the job when
-        every driver role has finished)."""
-        if self._failed_request is not None:
-            self.finish(EXIT_FAILED, self._failed_request)
+        """One pass (`Monitoring.once`), unless a stop was asked for on another thread."""
+        stop = self.stops.pending()
+        if stop is not None:
+            self.handle(stop)
             return Assessment()
-        if self._stop_request is not None:
-            self.finish(EXIT_STOPPED, self._stop_request)
-            return Assessment()
-        busy = resizing(self.state)  # being created or stopped by a resize: not judged
-        observations = self.scheduler.poll([n for n in self.state.actors if n not in busy])
-        now = self.clock()
-        result = self.elastic.intercept(self.step(observations, now), observations, now)
-        lost = frozenset(name for name, o in observations.items() if gone(o) or o.unavailable)
-        self.handle(PassObserved(result, lost, self.extension is not None))
-        if self.metrics is not None:
-            ages = {
-                n: now - o.last_heartbeat for n, o in observations.items() if o.last_heartbeat is not None
-            }
-            self.metrics.observe_state(self.state, ages)
-        if not result.failures and not result.all_drivers_finished:
-            self.stall.check(self.state, self.liveness, self.apply, observations, now)
-        return result
+        return self.monitoring.once()
 
     def finish(self, exit_code: int, reason: str) -> None:
         """Any stage -> STOPPING -> STOPPED: stop and remove every actor and placement group."""

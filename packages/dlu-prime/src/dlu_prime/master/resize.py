@@ -3,8 +3,9 @@
 `plan_resize` judges a request against the spec and the state and says which actors to add or
 stop; `ResizeBegan` saves that plan as the job's in-flight `resize` record (counted once, before
 any actor is touched) and adds the new actors' records; `ResizeEnded` drops the stopped actors'
-records and clears the in-flight record. `resizer.ResizeRunner` does the I/O in between, and
-finishes a saved resize after a PrimeMaster restart.
+records and clears the in-flight record. The decision core's resize chain
+(`core/resize_chain.py`) decides the steps in between, the executor runs them, and a saved
+resize is finished the same way after a PrimeMaster restart.
 
 Simple roles are resized one actor per rank (surplus ranks stop highest first). Elastic roles
 with a MIN:MAX range are resized a node at a time (`elastic_policy`): their plans and records
@@ -34,6 +35,7 @@ from dlu_prime.naming import actor_name
 __all__ = [
     "FellBelowMin",
     "ResizeBegan",
+    "ResizeChecked",
     "ResizeEnded",
     "ResizePlan",
     "ScaleError",
@@ -65,6 +67,19 @@ class ResizeEnded:
 
     error: str | None = None
     requeued: Mapping[str, Sequence[int]] = field(default_factory=dict[str, Sequence[int]])
+
+
+@dataclass(frozen=True)
+class ResizeChecked:
+    """The in-flight resize's new ranks passed their node check: saved, so a PrimeMaster
+    rebuilt from here on does not check them again."""
+
+    ranks: Sequence[int]
+
+
+def resize_checked(state: JobState, change: ResizeChecked) -> None:
+    if state.resize is not None:
+        state.resize.checked = sorted({*state.resize.checked, *change.ranks})
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ class ScaleError(ValueError):
     """A resize request that is refused; the message names the value and the fix."""
 
 
+class SubMasterAway(Exception):
+    """The role's SubMaster is dead or being rebuilt by Ray: the resize waits (stays in flight)
+    until the failover ladder has set it up again, then goes on. Never a failed resize: a resize
+    that failed here would hand healthy survivors to a role failover and a job restart."""
+
+
 @dataclass(frozen=True)
 class ResizePlan:
     """What one resize does: actors to create (name, rank) and actors to stop, highest rank first."""

@@ -1,6 +1,6 @@
 """The PrimeMaster's side of stall detection: it asks the job's data channels how they stand
 (at most every few seconds), keeps the stall memory between passes, and records what the pure
-judgement (`stall.judge`) decides as a "stalled" or "progress_resumed" event."""
+judgement decides (`core/stall_notice.py`: a "stalled" or "progress_resumed" event)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dlu_api.status import JobStage
-from dlu_prime.master.changes import Note
+from dlu_prime.master.core.events import Event, StallObserved
 from dlu_prime.master.liveness import Liveness
-from dlu_prime.master.stall import (
-    RESUMED,
-    STALLED,
-    ChannelView,
-    StallMemory,
-    describe,
-    judge,
-    latest_move,
-    progress_marks,
-    waits,
-)
+from dlu_prime.master.stall import ChannelView, StallMemory
 from dlu_prime.master.state import JobState
 from dlu_prime.scheduler.base import ActorObservation
 
@@ -63,7 +53,8 @@ def poll_channels(
 
 
 class StallWatch:
-    """One per PrimeMaster; `check` runs once per monitoring pass."""
+    """One per PrimeMaster; `check` runs once per quiet monitoring pass. It keeps what the
+    judgement needs between passes (its memory, the channels' last views); the core judges."""
 
     def __init__(self) -> None:
         self.memory = StallMemory()
@@ -75,7 +66,7 @@ class StallWatch:
         self,
         state: JobState,
         live: Liveness,
-        record: Callable[[Note], None],
+        handle: Callable[[Event], Any],
         observations: Mapping[str, ActorObservation],
         now: float,
     ) -> None:
@@ -92,20 +83,7 @@ class StallWatch:
         if state.channels and (due or self._polled_at is None or now - self._polled_at >= every):
             self._polled_at = now
             self.channels = poll_channels(state.channels, self.channels)
-        busy = state.failover is not None or state.resize is not None
-        marks = progress_marks(state, self.channels)
-        moved_at = latest_move(state, live.steps, live.beats)
-        self.memory, verdict = judge(self.memory, marks, moved_at, now, timeout, busy)
-        if verdict is True:
-            # Nothing to name (only roles that never report steps): no notice, and none of its
-            # end. A change of marks (a reader arriving at a channel, a stage) judges it again.
-            found = waits(state, observations, self.channels)
-            self._announced = bool(found)
-            if found:
-                message = describe(found, now - self.memory.since, timeout)
-                logger.warning("job %s: %s", state.job, message)
-                record(Note(STALLED, message))
-        elif verdict is False:
-            if self._announced:
-                record(Note(RESUMED, "progress resumed"))
-            self._announced = False
+        event = StallObserved(
+            self.memory, self._announced, self.channels, observations, live.steps, live.beats
+        )
+        self.memory, self._announced = handle(event)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from dlu_prime.extension import NodeInfo
 from dlu_prime.master.failover import Recovery
@@ -37,6 +38,9 @@ class Purpose(StrEnum):
     RESTART_REQUEST = "restart_request"  # a SubMaster asked for actors to be replaced
     SELF_RECOVER = "self_recover"  # a rebuilt PrimeMaster carries on
     STOP = "stop"  # STOPPING -> STOPPED
+    RESIZE = "resize"  # the saved resize in flight (`state.resize`)
+    ELASTIC_LOSS = "elastic_loss"  # a pass's elastic roles whose nodes may be lost
+    GROW = "grow"  # an elastic role below its target, onto nodes Ray placed
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,123 @@ class Wake:
     """Monitor now instead of at the next tick (a dead peer's failover starts at once)."""
 
 
+@dataclass(frozen=True)
+class KnowActors:
+    """Tell the scheduler of a simple role's ranks a resize is adding, before they exist (a
+    failover that replaces one of them before the resize runs can)."""
+
+    role: str
+    ranks: tuple[int, ...]
+    world: int
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class AddActors:
+    """Create and set up a resize's new actors (ranks of `role`, at world `world`); the
+    outcome's value is their nodes."""
+
+    role: str
+    ranks: tuple[int, ...]
+    world: int
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class RemoveActors:
+    """Stop and remove actors a resize drops (leaving ones, or with `undo` the added ones of a
+    resize that failed with that error)."""
+
+    names: tuple[str, ...]
+    undo: str | None = None
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class DropActors:
+    """Forget actors gone with their node (no stop call: nobody would answer)."""
+
+    names: tuple[str, ...]
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class RemoveNodeGroups:
+    """Release the placement groups of an elastic role's leaving nodes."""
+
+    role: str
+    nodes: tuple[int, ...]
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class RequeueShards:
+    """Hand the shards the removed actors held back to their queues' todo (value: queue -> ids)."""
+
+    queues: tuple[str, ...]
+    names: tuple[str, ...]
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class FindPlacedNodes:
+    """Which of a role's node indexes Ray placed (waiting up to `wait_s`): a view a decision
+    needs. `purpose` says which chain asks; `then` is what that chain judges with the answer
+    (the pass's loss judgement, or the roles a growth still looks at)."""
+
+    role: str
+    nodes: tuple[int, ...]
+    purpose: Purpose
+    wait_s: float = 0.0
+    then: Any = None
+
+
+@dataclass(frozen=True)
+class AskNodeNeeds:
+    """What one node of `role` needs against what the cluster has free (for a stop's reason)."""
+
+    role: str
+    culprit: str
+    message: str
+    stop: str
+    forgiven: int = 0
+    purpose: Purpose = Purpose.ELASTIC_LOSS
+
+
+@dataclass(frozen=True)
+class FindLostNodes:
+    """Which Ray nodes of an elastic pass's gone actors Ray marks dead; then the loss is judged."""
+
+    nodes: tuple[str, ...]
+    then: Any
+    purpose: Purpose = Purpose.ELASTIC_LOSS
+
+
+@dataclass(frozen=True)
+class CheckNodes:
+    """The role's SubMaster checks the new nodes' ranks. The SubMaster must be its set-up
+    incarnation: one dead or being rebuilt fails it with `SubMasterAway` (the resize waits)."""
+
+    sub: str
+    ranks: tuple[int, ...]
+    timeout_s: float
+    purpose: Purpose = Purpose.RESIZE
+
+
+@dataclass(frozen=True)
+class ReformTraining:
+    """The role's SubMaster re-forms training at `ranks` (the `added` ones joining) and waits up
+    to `reform_s` for the round at the new world; the value is that world (None: not re-formed).
+    `SubMasterAway` as for `CheckNodes`."""
+
+    sub: str
+    ranks: tuple[int, ...]
+    added: tuple[int, ...]
+    reform_s: float
+    timeout_s: float
+    purpose: Purpose = Purpose.RESIZE
+
+
 Command = (
     PlaceActors
     | RunChecks
@@ -188,4 +309,15 @@ Command = (
     | Cleanup
     | AskStop
     | Wake
+    | KnowActors
+    | AddActors
+    | RemoveActors
+    | DropActors
+    | RemoveNodeGroups
+    | RequeueShards
+    | FindPlacedNodes
+    | AskNodeNeeds
+    | FindLostNodes
+    | CheckNodes
+    | ReformTraining
 )

@@ -2,7 +2,9 @@
 
 Every decision of the PrimeManager is made here, from the recorded state and one event: the
 tier of a failure and its escalation, whether an effect joins a fault in flight, setup
-retries, limits, stop conditions. It calls the pure policies (`failover`, `monitor`, `tiers`)
+retries, an elastic node loss, growth and resize (`dlu scale`), the stall notice, limits, stop
+conditions. It calls the pure policies (`failover`, `monitor`, `tiers`, `elastic_policy`,
+`resize`, `stall`)
 and returns the changes to save and the commands to run; it does no I/O, takes no lock and
 never changes `state` (the PrimeManager applies the changes).
 """
@@ -10,16 +12,35 @@ never changes `state` (the PrimeManager applies the changes).
 from __future__ import annotations
 
 from dlu_api.status import JobStage
-from dlu_prime.master.core import failover_chain, monitor_pass, requests, stages
+from dlu_prime.master.core import (
+    elastic_chain,
+    failover_chain,
+    monitor_pass,
+    requests,
+    resize_chain,
+    stages,
+    stall_notice,
+)
 from dlu_prime.master.core.commands import (
+    AddActors,
     AdoptResized,
+    AskNodeNeeds,
+    CheckNodes,
     Cleanup,
+    DropActors,
     FindDeadNodes,
     FindDeadPeers,
+    FindLostNodes,
+    FindPlacedNodes,
+    KnowActors,
     PlaceActors,
     Purpose,
+    ReformTraining,
     RelaunchNodes,
+    RemoveActors,
+    RemoveNodeGroups,
     ReplaceActors,
+    RequeueShards,
     RunChecks,
     StartActors,
     StopActors,
@@ -29,13 +50,18 @@ from dlu_prime.master.core.events import (
     CarryOn,
     Done,
     Event,
+    GrowthDue,
     InPlaceReported,
+    LossJudged,
     MasterRebuilt,
     PassApplied,
     PassObserved,
     PrepareRequested,
     RecoveryFailed,
+    ResizeDue,
     RestartRequested,
+    ScaleRequested,
+    StallObserved,
     StartRequested,
     StopRequested,
     Tick,
@@ -45,10 +71,21 @@ from dlu_prime.master.state import JobState
 
 def decide(state: JobState, event: Event, now: float) -> Decision:
     """What follows from `event` in `state` at time `now` (see the module docstring)."""
-    del now  # the policies read the recorded times; kept so time-based rules need no new port
     match event:
+        case PassObserved() if elastic_chain.judges(state, event):
+            return elastic_chain.pass_observed(state, event, now)
         case PassObserved():
             return monitor_pass.observed(event)
+        case LossJudged():
+            return elastic_chain.loss_judged(state, event)
+        case ScaleRequested():
+            return resize_chain.scale_requested(state, event)
+        case ResizeDue():
+            return resize_chain.resume(state)
+        case GrowthDue():
+            return elastic_chain.growth_due(state, event, now)
+        case StallObserved():
+            return stall_notice.stall_observed(state, event, now)
         case PassApplied():
             return monitor_pass.applied(state, event)
         case InPlaceReported():
@@ -100,6 +137,27 @@ def _done(state: JobState, done: Done) -> Decision:
             return Decision(error=done.error)
         case RelaunchNodes():
             return failover_chain.after(state, done)
+        case FindLostNodes():
+            return elastic_chain.lost_nodes_found(done, command)
+        case AskNodeNeeds():
+            return elastic_chain.needs_found(done, command)
+        case FindPlacedNodes(purpose=Purpose.ELASTIC_LOSS):
+            return elastic_chain.placed_found(done, command)
+        case FindPlacedNodes(purpose=Purpose.GROW):
+            return elastic_chain.grow_found(state, done, command)
+        case (
+            KnowActors()
+            | AddActors()
+            | RemoveActors()
+            | DropActors()
+            | RemoveNodeGroups()
+            | RequeueShards()
+            | FindPlacedNodes()
+            | CheckNodes()
+            | ReformTraining()
+            | StartActors(purpose=Purpose.RESIZE)
+        ):
+            return resize_chain.after(state, done)
         case _ if getattr(command, "purpose", None) is Purpose.FAILOVER:
             return failover_chain.after(state, done)
         case _:

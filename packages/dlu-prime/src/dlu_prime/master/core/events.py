@@ -4,12 +4,15 @@ judging them is `decide`'s."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from dlu_prime.master.core.commands import Command, InPlaceReport, Then
 from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.stall import ChannelView, StallMemory
 from dlu_prime.master.state import FailoverRecord
+from dlu_prime.scheduler.base import ActorObservation
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,9 @@ class PassObserved:
     assessment: Assessment
     gone: frozenset[str] = frozenset()
     has_extension: bool = False  # an Extension can relaunch nodes (tier 4)
+    gone_since: Mapping[str, float] = field(default_factory=dict[str, float])
+    """Elastic roles' workers gone or dead this pass -> the first pass each was seen so (the
+    observer's memory, on this clock): the loss judgement's input."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,58 @@ class CarryOn:
     then: Then
 
 
+@dataclass(frozen=True)
+class ScaleRequested:
+    """`dlu scale` (or an auto-scaling policy): `role` to `size` (a node count for an elastic
+    role). The reply is the plan; a refusal is the decision's `ScaleError`."""
+
+    role: str
+    size: int
+    cause: str = "dlu scale"
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ResizeDue:
+    """The loop's turn: carry the saved resize in flight out (also one a previous PrimeMaster
+    began), from its first step (every step is idempotent)."""
+
+
+@dataclass(frozen=True)
+class GrowthDue:
+    """The loop's turn: grow elastic roles below their target onto nodes Ray placed. `judging`:
+    roles whose actors are gone (their loss is judged by the pass, with what Ray placed)."""
+
+    judging: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class LossJudged:
+    """Internal: an elastic pass's loss, judged one role at a time on the state the previous
+    role's decision left (`roles` still to judge; `placed`: the roles whose placed nodes Ray
+    was asked for, with its answer)."""
+
+    observed: PassObserved
+    dead: frozenset[str]
+    roles: tuple[str, ...]
+    now: float
+    held: frozenset[str] = frozenset()
+    placed: Mapping[str, tuple[int, ...]] = field(default_factory=dict[str, "tuple[int, ...]"])
+
+
+@dataclass(frozen=True)
+class StallObserved:
+    """After a quiet pass: what the stall judgement needs. `memory` and `announced` are what the
+    previous judgement returned (the reply is the new pair)."""
+
+    memory: StallMemory
+    announced: bool
+    channels: Mapping[str, ChannelView]
+    observations: Mapping[str, ActorObservation]
+    steps: Mapping[str, tuple[int, float]]
+    beats: Mapping[str, tuple[int, float]]
+
+
 Event = (
     PassObserved
     | InPlaceReported
@@ -120,4 +178,9 @@ Event = (
     | RecoveryFailed
     | CarryOn
     | PassApplied
+    | ScaleRequested
+    | ResizeDue
+    | GrowthDue
+    | LossJudged
+    | StallObserved
 )

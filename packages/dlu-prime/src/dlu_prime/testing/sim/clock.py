@@ -15,3 +15,7 @@ class SimClock:
     def advance(self, seconds: float) -> float:
         self.now += seconds
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        """A wait of the code under test (the executor's for a rebuilt actor) passes simulated time."""
+        self.advance(seconds)
