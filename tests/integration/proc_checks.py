@@ -14,7 +14,8 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        # Z: a zombie; X: being reaped right now (its parent's wait is under way)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except OSError:
         return True
 

@@ -17,7 +17,6 @@ import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_api.status import JobStatus
-from dlu_elastic.checkpoint.shm import ADOPT_GRACE_S
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -80,9 +79,10 @@ def assert_resumed(out: Path, step: int | None, source: str | None, world: int =
     return resumed.pop()
 
 
-def leftovers(job: str, wait_s: float = 30.0 + ADOPT_GRACE_S) -> list[Path]:
-    """The job's folders still in /dev/shm once their reapers had `wait_s` to remove them (an
-    agent killed by the job's clean-up, not stopped, leaves its folder for the adoption grace)."""
+def leftovers(job: str, wait_s: float = 30.0) -> list[Path]:
+    """The job's folders still in /dev/shm `wait_s` after the job ended: its end stops every
+    agent (the finished ones too) before the clean-up kills them, and a stopped agent removes
+    its folder at once; a killed one's would wait `ADOPT_GRACE_S` for an adopter, past this."""
     deadline = time.monotonic() + wait_s
     while True:
         found = [p for p in SHM.iterdir() if p.name.startswith("dlu-ckpt.") and f".{job}." in p.name]

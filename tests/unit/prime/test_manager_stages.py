@@ -116,7 +116,9 @@ def test_happy_path_goes_through_every_stage(
         "cleanup",
     ]
     assert sched.only_call("start").names == (T0, T1)
-    assert sched.only_call("stop").names == ()  # nothing left alive to stop
+    # finished actors are stopped too before the clean-up: an elastic agent that finished
+    # still holds checkpoint slots that only its stop removes at once
+    assert sched.only_call("stop").names == (T0, T1)
     assert sched.polls == 2
     assert fake_clock() == 1_010.0
 

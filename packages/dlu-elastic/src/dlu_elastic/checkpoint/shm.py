@@ -215,8 +215,8 @@ def remove(folder: Path) -> None:
 # The reaper: a tiny detached process (forked twice, so Ray's clean-up of the actor's children
 # does not take it along) holding the read end of a pipe whose write end only the agent has.
 # When the agent ends in any way (a stop, the SIGKILL of a job's clean-up, a crash), the pipe
-# reads EOF. An agent that stopped said so first (`end_reaper`: it removed the folder itself);
-# otherwise the reaper keeps the folder for the grace (a shared lock on LOCK_FILE tells sweeps
+# reads EOF. An agent that stopped said so first (`end_reaper`: it removed the folder itself, and
+# the reaper ends without touching a thing); otherwise the reaper keeps the folder for the grace (a shared lock on LOCK_FILE tells sweeps
 # so), then removes it unless an adopter renamed it away: /dev/shm keeps nothing of a job.
 _REAPER = """
 import fcntl, os, shutil, sys, time
@@ -232,8 +232,9 @@ while True:
     if not chunk:
         break
     said += chunk
-if b"stopped" not in said:
-    time.sleep(grace)
+if b"stopped" in said:
+    sys.exit(0)  # the agent removed its folder: a folder of that name now is someone else's
+time.sleep(grace)
 doomed = os.path.join(os.path.dirname(folder), ".gone.%d.%s" % (os.getpid(), os.path.basename(folder)))
 try:
     os.rename(folder, doomed)

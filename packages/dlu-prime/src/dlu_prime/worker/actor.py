@@ -210,8 +210,11 @@ class WorkerActor:
             logger.error("%s failed:\n%s", self.info.actor_name, result.error)
 
     def stop(self) -> None:
-        """Ask user code to stop (cooperative); the scheduler kills the actor afterwards."""
+        """Ask user code to stop (cooperative); the scheduler kills the actor afterwards. A
+        worker whose code already returned has nothing to stop: its hook is not called."""
         self._stop.set()
+        if self.stage.is_terminal:
+            return
         stop_hook = getattr(self.entry.instance, "stop", None) if self.entry else None
         if callable(stop_hook):
             try:

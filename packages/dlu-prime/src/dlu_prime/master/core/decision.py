@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlu_api.status import JobStage
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.change_types import StageChanged
 from dlu_prime.master.changes import Change
 from dlu_prime.master.core.commands import Cleanup, Command, StopActors
@@ -60,5 +61,8 @@ def stopping(state: JobState, exit_code: int, reason: str) -> Decision:
 
 
 def stop_commands(state: JobState) -> tuple[Command, ...]:
-    live = tuple(n for n, a in state.actors.items() if not a.stage.is_terminal)
-    return (StopActors(live), Cleanup())
+    """Every actor is asked to stop before the clean-up kills it, the finished ones too: an
+    elastic agent that finished still holds its rank's checkpoint slots in shared memory, and
+    only a stopped agent removes them at once (a killed one's wait for an adopter first)."""
+    held = tuple(n for n, a in state.actors.items() if a.stage is not ActorStage.STOPPED)
+    return (StopActors(held), Cleanup())
