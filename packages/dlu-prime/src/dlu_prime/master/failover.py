@@ -201,7 +201,7 @@ def plan_failover(
                     name, record.role, FailureKind.NODE_RELAUNCH, "node relaunched", record.node_id
                 )
 
-    recoveries, stop = _handle(state, affected, first)
+    recoveries, stop = _handle(state, affected, first, frozenset(dead_nodes))
     return FailoverPlan(
         node_failures=node_failures,
         relaunch_nodes=tuple(relaunch),
@@ -214,7 +214,7 @@ def plan_failover(
 
 
 def _handle(
-    state: JobState, affected: dict[str, Failure], first: Failure
+    state: JobState, affected: dict[str, Failure], first: Failure, dead_nodes: frozenset[str]
 ) -> tuple[tuple[Recovery, ...], str | None]:
     """Failover handling: one job-level restart, or one recovery per role (SubMaster first)."""
     spec = state.spec
@@ -248,7 +248,7 @@ def _handle(
                 if group
             ]
             continue
-        if sub and lost_with_node(state, sub[0]):
+        if sub and lost_with_node(state, sub[0], dead_nodes):
             # Died with the node an elastic resize in flight is shrinking away: that loss's effect.
             cause = affected[sub[0]]
             why = f"{culprit(cause)} (lost with its node, which the resize in flight removes)"
@@ -277,15 +277,19 @@ def _handle(
     return tuple(recoveries), None
 
 
-def lost_with_node(state: JobState, actor: str) -> bool:
-    """Whether `actor` was on a node that the elastic resize in flight removes as lost (so its
-    death is that loss's effect, not a fault of its own)."""
+def lost_with_node(state: JobState, actor: str, dead_nodes: Collection[str]) -> bool:
+    """Whether `actor` died with a node that the elastic resize in flight removes as lost (so
+    its death is that loss's effect, not a fault of its own). By cause: its node is one Ray
+    marks dead. Sharing a node with the removed ranks is not enough: a SubMaster killed on its
+    own later, on the node a job restart put it with them, is a fault of its own."""
     record = state.resize
     if record is None or not record.cause.startswith(LOSS_CAUSE):
         return False
     node = state.actors[actor].node_id
-    return node is not None and any(
-        state.actors[n].node_id == node for n in record.removed if n in state.actors
+    return (
+        node is not None
+        and node in dead_nodes
+        and any(state.actors[n].node_id == node for n in record.removed if n in state.actors)
     )
 
 

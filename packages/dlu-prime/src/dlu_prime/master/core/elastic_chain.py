@@ -132,7 +132,12 @@ def _shrink(
     joining = sorted({rank // spec.per_group for _, rank in plan.added})
     placed = f"; node(s) {', '.join(map(str, joining))} placed" if joining else ""
     first_seen = min((mine[n] for n in plan.removed if n in mine), default=event.now)
-    forgiven = forgiven_by_loss(state, role, first_seen, plan.removed)
+    # Only the removed ranks that were lost are the loss: a survivor the shrink removes with its
+    # group (its own node alive) caused nothing, and its own crash stays counted (rule 3).
+    lost_ranks = [
+        n for n in plan.removed if n in mine or (n in state.actors and state.actors[n].node_id in event.dead)
+    ]
+    forgiven = forgiven_by_loss(state, role, first_seen, lost_ranks)
     return ResizeBegan(plan, f"{NODE_LOST}: {lost}, {why}{placed}", forgiven)
 
 

@@ -263,10 +263,6 @@ class Run:
         ]
         if kind in DEATHS and any(f.kind in DEATHS for f in self.ledger.pending()):
             return  # one death per monitoring pass: each has its recovery to be counted on
-        shrinking = state.resize is not None and state.resize.cause.startswith("node lost")
-        if kind is Kind.SUB and shrinking and not self.known:
-            return  # KNOWN ISSUE (reported): an independent SubMaster death during a node-loss
-            # shrink that a job restart overlapped is joined uncounted (seed 1091 --known)
         if kind is Kind.MARK and self.crash.left is not None and not self.known:
             return  # the known issue of `_marking`: no PrimeMaster death while a mark waits
         if kind in DEATHS and state.failover is not None and not self.known:
