@@ -325,7 +325,8 @@ class PrimeManager:
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
         """The persisted state plus the live training steps and metrics; never waits on a hung
         store (`status_view.live_status`)."""
-        return live_status(self.state, self.lock, self.writer, self.liveness, events, events_after)
+        status = live_status(self.state, self.lock, self.writer, self.liveness, events, events_after)
+        return self.monitoring.autoscale.status(status)
 
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""
@@ -353,6 +354,7 @@ class PrimeManager:
             if self.state.stage is JobStage.STOPPING:
                 self.handle(Tick())  # the rest of a stop
             self.writer.flush_final(self.save)
+            self.monitoring.autoscale.finish(self.state)  # the Brain records the job's end
         except FencedError:
             logger.error("job %s: fenced by a newer PrimeMaster; this one stops acting", self.state.job)
             raise
