@@ -21,6 +21,7 @@ from dlu_api.vocabulary import EventKind
 from dlu_prime.autoscale.feed import JobStatistics, QueueView
 from dlu_prime.brain_port import BrainClient, BrainMode, BrainPort, NullBrain
 from dlu_prime.brain_port.models import JobPlan, PlanOutcome, RolePlan, registration_from_spec
+from dlu_prime.master.change_types import StageChanged
 from dlu_prime.master.core.autoscale_pass import Outcome
 from dlu_prime.master.core.events import AutoscaleObserved, Event
 from dlu_prime.master.metrics import JobMetrics
@@ -67,6 +68,7 @@ class Autoscaler:
         self.stats = JobStatistics(clock())
         self.brain = brain  # None: made from the spec at the first pass
         self._started = False
+        self._finished = False
         self._next_queue_poll = 0.0
         self._next_report = 0.0
         self._next_plan = 0.0
@@ -101,15 +103,21 @@ class Autoscaler:
             replace(v, failed=frozenset(self._failed.get(v.role, ()))) for v in self.stats.views(state, now)
         )
         up = brain.mode is BrainMode.CLUSTER
-        plans = tuple(self._plans.values()) if up else ()
+        plans = tuple(self._plans.values())
         reply = self._handle(AutoscaleObserved(views, self.stats.quiet_for(now), plans, brain_up=up))
         if isinstance(reply, Outcome):
             self._decided(state, brain, reply, now)
 
+    def on_change(self, state: JobState, change: object) -> None:
+        """A state-change hook: the job's end is told to the Brain."""
+        if isinstance(change, StageChanged) and change.stage is JobStage.STOPPED:
+            self.finish(state)
+
     def finish(self, state: JobState) -> None:
         """The job ended: the Brain records its outcome (its statistics are flushed first)."""
-        if self.brain is None:
+        if self.brain is None or self._finished:
             return
+        self._finished = True
         ok = state.exit_code == 0
         self.brain.report(self.stats.take_samples(state.updated_at))
         self.brain.job_finished("succeeded" if ok else "failed")

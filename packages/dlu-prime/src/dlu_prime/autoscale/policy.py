@@ -1,9 +1,10 @@
 """What size each auto-scaled role should have, from the statistics the PrimeMaster holds. Pure.
 
-Elastic roles climb by measured marginal throughput (`stats.scaling.marginal_scaling`: grow
-while the added nodes keep `marginal_threshold` of linear scaling, shrink back from a size that
-did not); a role that started at its max, or whose next size up did not pay, also measures the
-size below it once, so a communication-bound job finds its best size from above as well.
+Elastic roles climb by measured marginal throughput (`stats.scaling.explore_scaling`, as the
+Brain does: grow while the added nodes keep `marginal_threshold` of linear scaling, shrink back
+from a size that did not; a role that started at its max, or whose next size up did not pay,
+also measures the size below it once, so a communication-bound job finds its best size from
+above as well).
 Backlog roles get actors enough to drain their backlog in `backlog_target_s` while items keep
 arriving (`stats.scaling.backlog_size`, the arrivals counted into the backlog). Sizes never leave a role's min..max, and a size whose resize
 failed (could not be placed) is not proposed again.
@@ -16,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from dlu_api.spec.autoscale_settings import AutoscaleSettings
-from dlu_prime.stats.scaling import SizeDecision, backlog_size, linear_fraction, marginal_scaling
+from dlu_prime.stats.scaling import SizeDecision, backlog_size, explore_scaling
 
 
 @dataclass(frozen=True)
@@ -39,26 +40,19 @@ class RoleView:
 
 
 def elastic_size(view: RoleView, threshold: float) -> SizeDecision:
-    """The next node count of an elastic role (see the module docstring)."""
-    role, current, by = view.role, view.current, dict(view.by_size)
-    decision = marginal_scaling(role, by, current, view.low, view.high, threshold, elastic=True)
-    decision = _in_unit(decision, view.unit)
-    if decision.changes or current not in by:
-        return _unless_failed(view, decision)
-    down = current - 1
-    up = current + 1
-    if down < view.low or down in by or down in view.failed:
-        return decision
-    if up in by and linear_fraction(by, current, up) >= threshold:
-        return decision  # the step up paid: this size is below a good one, not above it
-    why = f"at its max {view.high}" if current >= view.high else f"{up} nodes did not pay"
-    return SizeDecision(
-        role,
-        current,
-        down,
-        f"{role} {current} -> {down}: {current} nodes {by[current]:.1f} {view.unit}, {why}; "
-        f"measuring {down} nodes",
+    """The next node count of an elastic role (`stats.scaling.explore_scaling`)."""
+    decision = explore_scaling(
+        view.role,
+        dict(view.by_size),
+        view.current,
+        view.low,
+        view.high,
+        threshold,
+        True,
+        view.unit,
+        view.failed,
     )
+    return _unless_failed(view, decision)
 
 
 def backlog_target(view: RoleView, target_s: float) -> SizeDecision:
@@ -97,15 +91,6 @@ def choose(views: Collection[RoleView], settings: AutoscaleSettings) -> list[Siz
         elif view.elastic:
             out.append(elastic_size(view, settings.marginal_threshold))
     return out
-
-
-def _in_unit(decision: SizeDecision, unit: str) -> SizeDecision:
-    """`marginal_scaling` words speeds as samples/s; a role measured in steps/s says so."""
-    if unit == "samples/s":
-        return decision
-    return SizeDecision(
-        decision.role, decision.current, decision.target, decision.reason.replace("samples/s", unit)
-    )
 
 
 def _unless_failed(view: RoleView, decision: SizeDecision) -> SizeDecision:

@@ -115,6 +115,7 @@ class PrimeManager:
             port, scheduler, clock, self.handle, lambda: self.extension is not None, lambda: self.metrics
         )
         self.liveness = self.monitoring.liveness
+        self.hooks.append(lambda _, change, __: self.monitoring.autoscale.on_change(self.state, change))
         self.elastic = self.monitoring.elastic  # elastic roles: what a pass sees of their nodes
         self._wake = threading.Event()
         self.stops = StopRequests(self.lock, self._wake.set)  # asked on other threads, taken by the loop
@@ -354,7 +355,6 @@ class PrimeManager:
             if self.state.stage is JobStage.STOPPING:
                 self.handle(Tick())  # the rest of a stop
             self.writer.flush_final(self.save)
-            self.monitoring.autoscale.finish(self.state)  # the Brain records the job's end
         except FencedError:
             logger.error("job %s: fenced by a newer PrimeMaster; this one stops acting", self.state.job)
             raise

@@ -4,10 +4,12 @@ AutoscaleObserved -> nothing during a recovery or a resize in flight (the next p
                   -> a Brain plan (cluster mode), checked against the role's min:max and the
                      sizes that failed: autoscale_decision + the resize chain's ResizeBegan,
                      or autoscale_plan_unplaceable (reported back, never retried)
-                  -> else (no Brain answers), once the last resize settled and was measured, the job's own policy
+                  -> else, with no Brain answering, once the last resize settled and was
+                     measured, the job's own policy
                      (`dlu_prime.autoscale.policy`): its first change becomes a resize
 
-A decision is a `dlu scale` request with the cause `autoscale` (`resize_chain.scale_requested`):
+The Brain's plans and the job's policy use the same algorithms (`dlu_prime.stats.scaling`), so
+a job whose Brain goes away carries on as the Brain would have. A decision is a `dlu scale` request with the cause `autoscale` (`resize_chain.scale_requested`):
 the same plan, the same checks, the same saved in-flight resize and the same steps, so the
 elastic role keeps its global batch as every resize does. Pure.
 """
@@ -57,7 +59,7 @@ def observed(state: JobState, event: AutoscaleObserved) -> Decision:
         if decided is not None:
             return decided
     if event.brain_up or event.quiet_for_s < settings.settle_s + settings.measure_s:
-        return Decision()  # the Brain plans while it answers; the job's policy waits to measure
+        return Decision()  # the Brain plans while it answers; else the last resize is measured first
     for decision in policy.choose(event.views, settings):
         if decision.changes:
             return _resize(state, decision)

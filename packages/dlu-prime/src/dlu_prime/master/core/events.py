@@ -169,11 +169,11 @@ class StallObserved:
 
 @dataclass(frozen=True)
 class AutoscaleObserved:
-    """After a monitoring pass of an auto-scaled job: its roles as the statistics see them,
-    seconds since the last resize or recovery ended (each view carries the sizes whose resize
-    failed), and in cluster mode the Brain's plans not carried out yet. While the Brain answers
-    (`brain_up`) only its plans are executed; otherwise the job's own policy decides. The reply
-    is an `autoscale_pass.Outcome`, or None when nothing was decided."""
+    """After a monitoring pass of an auto-scaled job: its roles as the statistics see them (each
+    with the sizes whose resize failed), seconds since the last resize or recovery ended, and in
+    cluster mode the Brain's plans not carried out yet. While the Brain answers (`brain_up`) the
+    job only executes its plans; otherwise its own policy decides. The reply is an
+    `autoscale_pass.Outcome`, or None when nothing was decided."""
 
     views: tuple[RoleView, ...]
     quiet_for_s: float
