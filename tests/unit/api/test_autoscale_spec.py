@@ -140,3 +140,15 @@ def test_preflight_refuses_cluster_mode_with_no_url(monkeypatch: pytest.MonkeyPa
     assert problem.field == "autoscale.brain_url"
     monkeypatch.setenv("DLU_BRAIN_URL", "http://head:8470")
     assert brain_problems(spec_from_dict(spec({"mode": "cluster"}))) == []
+
+
+def test_the_launcher_hands_its_brain_url_to_the_primemaster(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlu_prime.launcher import with_brain_url
+
+    monkeypatch.setenv("DLU_BRAIN_URL", "http://head:8470")
+    passed = with_brain_url(spec_from_dict(spec({"mode": "cluster"})))
+    assert passed.autoscale.brain_url == "http://head:8470"  # in the spec the PrimeMaster is given
+    named = spec_from_dict(spec({"mode": "cluster", "brain_url": "http://mine:1"}))
+    assert with_brain_url(named).autoscale.brain_url == "http://mine:1"
+    single = spec_from_dict(spec({"mode": "single-job"}))
+    assert with_brain_url(single) is single
