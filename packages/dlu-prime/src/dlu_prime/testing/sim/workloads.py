@@ -62,6 +62,7 @@ class BurstyQueue:
         self.produce = produce
         self.backlog = 0.0
         self.done = 0.0
+        self.arrived = 0.0
         self.record = ChannelRecord(name=name, kind="channel", actor_name=f"sim.channel.{name}")
 
     def advance(self, state: JobState, cluster: SimScheduler, t: float, dt: float) -> int:
@@ -72,6 +73,7 @@ class BurstyQueue:
             if a.role == self.role and cluster.stages.get(n) is ActorStage.RUNNING
         ]
         self.backlog += self.produce(t) * dt
+        self.arrived += self.produce(t) * dt
         taken = min(self.backlog, len(actors) * self.rate_per_actor * dt)
         self.backlog -= taken
         self.done += taken
@@ -79,6 +81,21 @@ class BurstyQueue:
             {n: cluster.steps.get(n, 0) + 1 for n, s in cluster.stages.items() if s is ActorStage.RUNNING}
         )
         return len(actors)
+
+    def fixed(self, actors: int, seconds: float, dt: float = 1.0) -> list[tuple[float, float, float]]:
+        """The same producer drained by a fixed number of actors: (t, arrived, done) per step."""
+        backlog = arrived = done = 0.0
+        out: list[tuple[float, float, float]] = []
+        t = 0.0
+        while t < seconds:
+            backlog += self.produce(t) * dt
+            arrived += self.produce(t) * dt
+            taken = min(backlog, actors * self.rate_per_actor * dt)
+            backlog -= taken
+            done += taken
+            out.append((t, arrived, done))
+            t += dt
+        return out
 
     def view(self) -> QueueView:
         return QueueView(self.name, int(self.backlog), int(self.done))
