@@ -222,3 +222,16 @@ def test_with_the_brain_away_the_job_decides_alone_and_buffers_its_statistics() 
     assert client.mode is BrainMode.SINGLE_JOB
     assert sim.trace.decisions[0][1].startswith("train 8 -> 7")  # the job's own policy
     assert client.buffered > 0 and client.dropped == 0
+
+
+def test_soak_a_settled_job_and_a_job_with_autoscale_off_do_nothing() -> None:
+    settled = trainer_sim()
+    settled.run(400)
+    made = len(settled.trace.decisions)
+    assert made and nodes(settled) == 2
+    settled.run(40 * 25)  # forty settle-and-measure windows more
+    assert len(settled.trace.decisions) == made and nodes(settled) == 2
+    off = trainer_sim(mode="off")
+    off.run(1000)
+    assert "autoscale_decision" not in kinds(off) and "resize_started" not in kinds(off)
+    assert nodes(off) == 8 and off.manager.status().throughput[ELASTIC]  # measured all the same

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 QUEUE_POLL_S = 5.0  # the queues' backlogs are asked at most this often
 REPORT_S = 10.0  # statistics go to the Brain at most this often
 PLAN_POLL_S = 10.0  # the Brain's plan is asked at most this often
+METRICS_S = 5.0  # the statistics' metrics are set at most this often (one series per actor)
 
 QueuePoll = Callable[[Mapping[str, ChannelRecord]], Mapping[str, QueueView]]
 
@@ -72,6 +73,7 @@ class Autoscaler:
         self._next_queue_poll = 0.0
         self._next_report = 0.0
         self._next_plan = 0.0
+        self._next_metrics = 0.0
         self._plans: dict[str, RolePlan] = {}  # role -> the Brain's newest plan not carried out
         self._seen_plans: set[int] = set()
         self._failed: dict[str, set[int]] = {}  # role -> sizes whose resize failed
@@ -89,8 +91,9 @@ class Autoscaler:
             self._next_queue_poll = now + QUEUE_POLL_S
             self.stats.observe_queues(state, self.queue_poll(state.channels), now)
         metrics = self._metrics()
-        if metrics is not None:
-            metrics.observe_statistics(self.stats.meter.summary(), self.stats.usage, self.stats.backlogs)
+        if metrics is not None and now >= self._next_metrics:
+            self._next_metrics = now + METRICS_S
+            metrics.observe_statistics(self.stats.meter.summary(), self.stats.usage(), self.stats.backlogs)
         if not state.spec.autoscale.on or state.stage is not JobStage.RUNNING:
             return
         brain = self._brain(state)
@@ -125,7 +128,7 @@ class Autoscaler:
 
     def status(self, status: JobStatus) -> JobStatus:
         """`status` with the statistics: speed per size, actors' CPU and memory, backlogs."""
-        return with_statistics(status, self.stats.meter, self.stats.usage, self.stats.backlogs)
+        return with_statistics(status, self.stats.meter, self.stats.usage(), self.stats.backlogs)
 
     # the Brain ---------------------------------------------------------------------------------
     def _brain(self, state: JobState) -> BrainPort:

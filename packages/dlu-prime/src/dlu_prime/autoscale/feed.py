@@ -25,6 +25,9 @@ from dlu_prime.scheduler.base import ActorObservation
 from dlu_prime.stats.resources import backlog_sample
 from dlu_prime.stats.throughput import ThroughputMeter
 
+SAMPLED = 16  # actors per role whose steps are measured
+USAGE_S = 5.0  # the actors' resource use is taken at most this often
+
 
 @dataclass(frozen=True)
 class QueueView:
@@ -49,6 +52,24 @@ def world_size(state: JobState, role: str) -> int:
     return role_size(state, role)
 
 
+def _sample(state: JobState) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Per role, the workers of the lowest ranks (at most SAMPLED): a role's speed is the mean
+    of its actors' (the ranks of a data-parallel role share their step); and each role's size."""
+    ranks: dict[str, list[tuple[int, str]]] = {}
+    for name, record in state.actors.items():
+        if record.rank != SUB_MASTER_RANK:
+            ranks.setdefault(record.role, []).append((record.rank, name))
+    sampled: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
+    for spec in state.spec.roles:
+        held = sorted(ranks.get(spec.name, []))
+        sampled[spec.name] = [name for _, name in held[:SAMPLED]]
+        per = max(1, spec.per_group)
+        elastic = spec.kind is RoleKind.ELASTIC
+        sizes[spec.name] = len({rank // per for rank, _ in held}) if elastic else len(held)
+    return sampled, sizes
+
+
 def _changes(state: JobState) -> tuple[int, ...]:
     """Counts that move with every resize and recovery: a resize carried out between two passes
     (it never shows in flight to the pass) still starts a new measurement."""
@@ -64,13 +85,38 @@ def _changes(state: JobState) -> tuple[int, ...]:
 class JobStatistics:
     def __init__(self, now: float) -> None:
         self.meter = ThroughputMeter()
-        self.usage: dict[str, StatSample] = {}  # actor -> its latest resource sample
+        self._usage: dict[str, tuple[str, str | None, float | None, int]] = {}  # role, node, cpu, memory
+        self._limits: dict[str, int] = {}  # role -> the memory its actors ask Ray for (0: none)
         self.backlogs: dict[str, int] = {}
         self.changed_at = now  # the last resize or recovery seen (or this PrimeMaster's start)
         self._mark: tuple[int, ...] = ()
+        self._actors = -1
+        self._sampled: dict[str, list[str]] = {}  # role -> the actors its speed is measured on
+        self._sizes: dict[str, int] = {}  # role -> its world size (nodes of an elastic role)
+        self._next_usage = 0.0
         self._queues: dict[str, tuple[QueueView, float]] = {}
         self._drains: dict[str, _Drain] = {}
         self._arrivals: dict[str, deque[tuple[float, int, float]]] = {}  # (time, items, seconds)
+
+    def usage(self) -> dict[str, StatSample]:
+        """Each actor's latest CPU and memory, as resource samples (its role's memory ask the limit)."""
+        return {
+            name: StatSample(
+                time=0.0,
+                kind="resource",
+                role=role,
+                actor=name,
+                node_id=node,
+                cpu_percent=cpu,
+                memory_bytes=memory,
+                memory_limit_bytes=self._limits.get(role) or None,
+            )
+            for name, (role, node, cpu, memory) in self._usage.items()
+        }
+
+    def _size(self, state: JobState, role: str) -> int:
+        size = self._sizes.get(role)
+        return world_size(state, role) if size is None else size
 
     def busy(self, state: JobState) -> bool:
         return state.stage is not JobStage.RUNNING or state.resize is not None or state.failover is not None
@@ -80,37 +126,40 @@ class JobStatistics:
         return now - self.changed_at
 
     def observe(self, state: JobState, observations: Mapping[str, ActorObservation], now: float) -> None:
-        """One monitoring pass: steps and resource use of the polled actors."""
+        """One monitoring pass: the steps of each role's sampled actors, and every USAGE_S the
+        resource use of every polled actor. Cheap at any size: a pass of a 16,384-rank job
+        touches each actor only when the resource use is due."""
         mark = _changes(state)
-        if self.busy(state) or mark != self._mark:
-            self.changed_at = now  # a resize or recovery in flight, or one that ended since
-            self._mark = mark
-        measuring = not self.busy(state) and now - self.changed_at >= state.spec.autoscale.settle_s
-        sizes = {role: world_size(state, role) for role in state.roles}
+        busy = self.busy(state)
+        if busy or mark != self._mark or len(state.actors) != self._actors:
+            if busy or mark != self._mark:
+                self.changed_at = now  # a resize or recovery in flight, or one that ended since
+            self._mark, self._actors = mark, len(state.actors)
+            self._sampled, self._sizes = _sample(state)
+        measuring = not busy and now - self.changed_at >= state.spec.autoscale.settle_s
+        for role, names in self._sampled.items():
+            for name in names:
+                seen = observations.get(name)
+                if (
+                    not measuring
+                    or seen is None
+                    or seen.stage is not ActorStage.RUNNING
+                    or not seen.steps_reported
+                ):
+                    self.meter.forget_actor(role, name)  # the next interval starts afresh
+                    continue
+                self.meter.observe_step(role, name, seen.step, now, self._sizes[role])
+        if now < self._next_usage:
+            return
+        self._next_usage = now + USAGE_S
+        self._limits = {r.name: r.resources.memory for r in state.spec.roles}
+        actors = state.actors
         for name, seen in observations.items():
-            record = state.actors.get(name)
-            if record is None:
-                continue
-            if seen.memory_bytes is not None:
-                memory = state.spec.role(record.role).resources.memory
-                self.usage[name] = StatSample(
-                    time=now,
-                    kind="resource",
-                    role=record.role,
-                    actor=name,
-                    node_id=seen.node_id,
-                    cpu_percent=seen.cpu_percent,
-                    memory_bytes=seen.memory_bytes,
-                    memory_limit_bytes=memory or None,
-                )
-            if record.rank == SUB_MASTER_RANK:
-                continue
-            if not measuring or seen.stage is not ActorStage.RUNNING or not seen.steps_reported:
-                self.meter.forget_actor(record.role, name)  # the next interval starts afresh
-                continue
-            self.meter.observe_step(record.role, name, seen.step, now, sizes[record.role])
-        for name in [n for n in self.usage if n not in state.actors]:
-            del self.usage[name]
+            record = actors.get(name)
+            if record is not None and seen.memory_bytes is not None:
+                self._usage[name] = (record.role, seen.node_id, seen.cpu_percent, seen.memory_bytes)
+        for name in [n for n in self._usage if n not in actors]:
+            del self._usage[name]
 
     def observe_queues(self, state: JobState, views: Mapping[str, QueueView], now: float) -> None:
         """The queues' backlogs; for a backlog role's queue, what its actors drained while the
@@ -165,7 +214,7 @@ class JobStatistics:
                     RoleView(
                         spec.name,
                         elastic=False,
-                        current=role_size(state, spec.name),
+                        current=self._size(state, spec.name),
                         low=1,
                         high=spec.max_total or spec.total,
                         backlog=self.backlogs.get(channel),
@@ -179,13 +228,13 @@ class JobStatistics:
                 if low < high:
                     by_size = self.meter.by_size(spec.name)
                     out.append(
-                        RoleView(spec.name, True, world_size(state, spec.name), low, high, by_size, "steps/s")
+                        RoleView(spec.name, True, self._size(state, spec.name), low, high, by_size, "steps/s")
                     )
         return out
 
     def take_samples(self, now: float) -> list[StatSample]:
         """What the Brain is sent each report: each role's speed since the last one, and each
         actor's and queue's latest resource use and backlog."""
-        used = [s.model_copy(update={"time": now}) for _, s in sorted(self.usage.items())]
+        used = [s.model_copy(update={"time": now}) for _, s in sorted(self.usage().items())]
         backlogs = [backlog_sample(name, count, now) for name, count in sorted(self.backlogs.items())]
         return [*self.meter.drain(now), *used, *backlogs]
