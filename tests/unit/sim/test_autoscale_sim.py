@@ -5,8 +5,14 @@ a real Brain's plans (and decides alone while the Brain is away)."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +27,7 @@ from dlu_prime.master.core import autoscale_pass
 from dlu_prime.master.core.events import AutoscaleObserved
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord
 from dlu_prime.testing.sim.autoscale_run import ELASTIC, AutoscaleSim, elastic_spec
+from dlu_prime.testing.sim.runner import run_seed
 from dlu_prime.testing.sim.workloads import ElasticSteps
 
 pytestmark = pytest.mark.timeout(120)
@@ -235,3 +242,69 @@ def test_soak_a_settled_job_and_a_job_with_autoscale_off_do_nothing() -> None:
     off.run(1000)
     assert "autoscale_decision" not in kinds(off) and "resize_started" not in kinds(off)
     assert nodes(off) == 8 and off.manager.status().throughput[ELASTIC]  # measured all the same
+
+
+@pytest.mark.timeout(600)
+def test_seeded_runs_with_autoscale_among_the_faults_hold_every_invariant() -> None:
+    """The simulator's seeded interleavings of every fault, with the job auto-scaling among them
+    (settle 2 s, measure 3 s): every fault counted once, the limits, the stored state, the end."""
+    results = [run_seed(s, fault_steps=20, quiet_steps=30, autoscale=True) for s in range(150)]
+    bad = [r for r in results if r.violation]
+    assert not bad, "\n".join([f"seed {bad[0].seed}: {bad[0].violation}", *bad[0].trace])
+    decided = sum(1 for r in results for line in r.trace if "autoscale_decision" in line)
+    assert decided > 50  # the decisions really happened among the faults
+
+
+class _BrainProcess:
+    """`python -m dlu_brain` on a port, killed with SIGKILL (a Brain that dies, connections too)."""
+
+    def __init__(self, db: str, port: int, log: Path) -> None:
+        self.db, self.port, self.log = db, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "wb") as out:  # a fresh log: it says when this process serves
+            cmd = [sys.executable, "-m", "dlu_brain", "--db", self.db, "--port", str(self.port)]
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=out)
+        deadline = time.monotonic() + 60
+        while f"Brain serving at http://127.0.0.1:{self.port}" not in self.log.read_text(errors="replace"):
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def test_a_brain_killed_and_restarted_loses_no_statistics(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    db = f"sqlite:///{tmp_path}/brain.sqlite"
+    brain = _BrainProcess(db, port, tmp_path / "brain.log")
+    brain.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        sim = AutoscaleSim(elastic_spec(1, 8, mode="cluster", brain_url=url, name="lm"))
+        client = BrainClient(url, clock=sim.clock)
+        sim.autoscale.brain = client
+        sim.with_steps(ElasticSteps(ELASTIC, compute_s=1.0, comm_s=0.04))
+        sim.run(40)
+        assert client.mode is BrainMode.CLUSTER and sim.trace.decisions[0][1].startswith("Brain plan #")
+        brain.kill()
+        sim.run(120)  # the Brain is gone: the job decides alone, its statistics wait
+        assert client.mode is BrainMode.SINGLE_JOB and client.buffered > 0
+        assert any(not d.startswith("Brain plan") for _, d in sim.trace.decisions)
+        brain.start()
+        sim.run(60, until=lambda s: client.buffered == 0 and client.mode is BrainMode.CLUSTER)
+        assert client.mode is BrainMode.CLUSTER and client.buffered == 0, (client.last_error, client.buffered)
+        assert client.dropped == 0
+        stored = BrainDatabase(db)
+        job = stored.find_job("lm")
+        assert job is not None
+        sizes = set(stored.throughput_by_size(job.id, ELASTIC))
+        decided = {int(d.split(" -> ")[0].split()[-1]) for _, d in sim.trace.decisions if " -> " in d}
+        assert decided <= sizes  # every size the job decided from, while the Brain was away too, reached it
+    finally:
+        brain.kill()
