@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dlu_api.cli.render import status_text
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import EventKind, Tier
 from dlu_brain import Brain, BrainDatabase, BrainServer
@@ -70,6 +71,9 @@ def test_the_statistics_show_in_status() -> None:
     status = sim.manager.status()
     sizes = [t.world_size for t in status.throughput[ELASTIC]]
     assert 8 in sizes and all(t.steps_per_s and t.steps_per_s > 0 for t in status.throughput[ELASTIC])
+    assert status.autoscale == "single-job"
+    text = status_text(status)
+    assert "statistics:" in text and f"{ELASTIC} speed by size: " in text and "autoscale: single-job" in text
 
 
 def _view(current: int, low: int = 1) -> RoleView:
@@ -296,10 +300,13 @@ def test_a_brain_killed_and_restarted_loses_no_statistics(tmp_path: Path) -> Non
         sim.run(120)  # the Brain is gone: the job decides alone, its statistics wait
         assert client.mode is BrainMode.SINGLE_JOB and client.buffered > 0
         assert any(not d.startswith("Brain plan") for _, d in sim.trace.decisions)
+        shown = sim.manager.status().autoscale or ""
+        assert shown.startswith("cluster: the Brain is away, the job decides alone") and "buffered" in shown
         brain.start()
         sim.run(60, until=lambda s: client.buffered == 0 and client.mode is BrainMode.CLUSTER)
         assert client.mode is BrainMode.CLUSTER and client.buffered == 0, (client.last_error, client.buffered)
         assert client.dropped == 0
+        assert sim.manager.status().autoscale == "cluster: executing the Brain's plans"
         stored = BrainDatabase(db)
         job = stored.find_job("lm")
         assert job is not None

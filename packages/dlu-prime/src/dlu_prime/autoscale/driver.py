@@ -128,7 +128,20 @@ class Autoscaler:
 
     def status(self, status: JobStatus) -> JobStatus:
         """`status` with the statistics: speed per size, actors' CPU and memory, backlogs."""
-        return with_statistics(status, self.stats.meter, self.stats.usage(), self.stats.backlogs)
+        shown = with_statistics(status, self.stats.meter, self.stats.usage(), self.stats.backlogs)
+        mode = self._port.state().spec.autoscale.mode
+        if mode is AutoscaleMode.OFF:
+            return shown
+        return shown.model_copy(update={"autoscale": self._mode_text(mode)})
+
+    def _mode_text(self, mode: AutoscaleMode) -> str:
+        brain = self.brain
+        if mode is AutoscaleMode.SINGLE_JOB or brain is None:
+            return str(mode.value)
+        if brain.mode is BrainMode.CLUSTER:
+            return "cluster: executing the Brain's plans"
+        buffered = brain.buffered if isinstance(brain, BrainClient) else 0
+        return f"cluster: the Brain is away, the job decides alone ({buffered} samples buffered)"
 
     # the Brain ---------------------------------------------------------------------------------
     def _brain(self, state: JobState) -> BrainPort:
