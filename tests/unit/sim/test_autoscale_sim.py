@@ -315,3 +315,17 @@ def test_a_brain_killed_and_restarted_loses_no_statistics(tmp_path: Path) -> Non
         assert decided <= sizes  # every size the job decided from, while the Brain was away too, reached it
     finally:
         brain.kill()
+
+
+def test_the_brain_gets_a_simple_roles_total_speed_and_the_role_behind_a_backlog() -> None:
+    from dlu_prime.testing.sim.autoscale_run import WORKERS, backlog_spec
+    from dlu_prime.testing.sim.workloads import BurstyQueue
+
+    brain = _PlannedBrain()
+    spec = backlog_spec(3, 8)
+    sim = AutoscaleSim(spec, brain=brain).with_queue(BurstyQueue("samples", WORKERS, 5.0, lambda t: 100.0))
+    sim.run(12)  # no decision yet (settle 5 s + measure 10 s): three actors all along
+    speeds = [s for s in brain.samples if s.kind == "throughput" and s.role == WORKERS]
+    assert speeds and all(s.world_size == 3 and s.steps_per_s == pytest.approx(3.0) for s in speeds)
+    backlogs = [s for s in brain.samples if s.kind == "backlog"]
+    assert backlogs and {s.role for s in backlogs} == {WORKERS}

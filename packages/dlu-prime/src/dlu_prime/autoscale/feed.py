@@ -94,6 +94,8 @@ class JobStatistics:
         self._sampled: dict[str, list[str]] = {}  # role -> the actors its speed is measured on
         self._sizes: dict[str, int] = {}  # role -> its world size (nodes of an elastic role)
         self._next_usage = 0.0
+        self._simple: set[str] = set()  # roles whose actors work on their own (their speeds add up)
+        self._drained_by: dict[str, str] = {}  # queue -> the backlog role draining it
         self._queues: dict[str, tuple[QueueView, float]] = {}
         self._drains: dict[str, _Drain] = {}
         self._arrivals: dict[str, deque[tuple[float, int, float]]] = {}  # (time, items, seconds)
@@ -153,6 +155,8 @@ class JobStatistics:
             return
         self._next_usage = now + USAGE_S
         self._limits = {r.name: r.resources.memory for r in state.spec.roles}
+        self._simple = {r.name for r in state.spec.roles if r.kind is not RoleKind.ELASTIC}
+        self._drained_by = {channel: role for role, channel in state.spec.autoscale.backlog_roles.items()}
         actors = state.actors
         for name, seen in observations.items():
             record = actors.get(name)
@@ -233,8 +237,18 @@ class JobStatistics:
         return out
 
     def take_samples(self, now: float) -> list[StatSample]:
-        """What the Brain is sent each report: each role's speed since the last one, and each
-        actor's and queue's latest resource use and backlog."""
+        """What the Brain is sent each report: each role's speed since the last one, as the
+        role's total (a simple role's actors add up; an elastic role's ranks share one step),
+        and each actor's and queue's latest resource use and backlog (with the role draining it)."""
+        speeds = [
+            s.model_copy(update={"steps_per_s": s.steps_per_s * s.world_size})
+            if s.role in self._simple and s.steps_per_s is not None and s.world_size
+            else s
+            for s in self.meter.drain(now)
+        ]
         used = [s.model_copy(update={"time": now}) for _, s in sorted(self.usage().items())]
-        backlogs = [backlog_sample(name, count, now) for name, count in sorted(self.backlogs.items())]
-        return [*self.meter.drain(now), *used, *backlogs]
+        backlogs = [
+            backlog_sample(name, count, now, self._drained_by.get(name))
+            for name, count in sorted(self.backlogs.items())
+        ]
+        return [*speeds, *used, *backlogs]
