@@ -329,3 +329,18 @@ def test_the_brain_gets_a_simple_roles_total_speed_and_the_role_behind_a_backlog
     assert speeds and all(s.world_size == 3 and s.steps_per_s == pytest.approx(3.0) for s in speeds)
     backlogs = [s for s in brain.samples if s.kind == "backlog"]
     assert backlogs and {s.role for s in backlogs} == {WORKERS}
+
+
+def test_a_memory_plan_is_reported_back_not_carried_out() -> None:
+    brain = _PlannedBrain()
+    spec = elastic_spec(1, 8, mode="cluster", brain_url="http://127.0.0.1:9")
+    sim = AutoscaleSim(spec, brain=brain).with_steps(ElasticSteps(ELASTIC, 1.0, 0.04))
+    plan = RolePlan(
+        role=ELASTIC, memory_bytes=3 * 2**30, algorithm="memory_relaunch", reason="near its limit", id=5
+    )
+    brain.plans = [plan]
+    sim.run(30, until=lambda s: bool(brain.outcomes))
+    assert [(o.plan_id, o.state) for o in brain.outcomes] == [(5, "unplaceable")]
+    assert "more memory" in brain.outcomes[0].reason
+    sim.run(20)
+    assert len(brain.outcomes) == 1 and nodes(sim) == 8 and "resize_started" not in kinds(sim)

@@ -54,10 +54,8 @@ def observed(state: JobState, event: AutoscaleObserved) -> Decision:
     if state.failover is not None or state.resize is not None:
         return Decision()  # never during a recovery or a resize: decided again after it
     views = {v.role: v for v in event.views}
-    for plan in event.plans:
-        decided = _plan(state, views, plan)
-        if decided is not None:
-            return decided
+    if event.plans:
+        return _plan(state, views, event.plans[0])  # one plan a pass: the next pass sees its outcome
     if event.brain_up or event.quiet_for_s < settings.settle_s + settings.measure_s:
         return Decision()  # the Brain plans while it answers; else the last resize is measured first
     for decision in policy.choose(event.views, settings):
@@ -66,11 +64,14 @@ def observed(state: JobState, event: AutoscaleObserved) -> Decision:
     return Decision()
 
 
-def _plan(state: JobState, views: Mapping[str, RoleView], plan: RolePlan) -> Decision | None:
-    """A Brain plan's size for one role (memory plans are the failover tiers', not this pass's)."""
-    if plan.size is None:
-        return None
+def _plan(state: JobState, views: Mapping[str, RoleView], plan: RolePlan) -> Decision:
+    """A Brain plan's size for one role. A memory plan is refused (reported back, so the Brain
+    stops proposing it): the job does not relaunch actors with more memory yet."""
     view = views.get(plan.role)
+    if plan.size is None:
+        return _refused(
+            plan, view.current if view else 0, "the job does not relaunch actors with more memory yet"
+        )
     said = f"Brain plan #{plan.id} ({plan.algorithm}): {plan.reason}"
     if view is None:
         return _refused(
@@ -86,9 +87,8 @@ def _plan(state: JobState, views: Mapping[str, RoleView], plan: RolePlan) -> Dec
 
 
 def _refused(plan: RolePlan, current: int, why: str) -> Decision:
-    message = (
-        f"Brain plan #{plan.id} for role {plan.role} ({plan.role} -> {plan.size}) not carried out: {why}"
-    )
+    asked = f"{plan.role} -> {plan.size}" if plan.size is not None else f"memory {plan.memory_bytes} bytes"
+    message = f"Brain plan #{plan.id} for role {plan.role} ({asked}) not carried out: {why}"
     note = Note(EventKind.AUTOSCALE_PLAN_UNPLACEABLE, message, plan.role)
     outcome = Outcome(plan.role, current, plan.size or current, plan.reason, plan_id=plan.id, error=why)
     return Decision((note,), reply=outcome)
