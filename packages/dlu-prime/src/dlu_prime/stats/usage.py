@@ -33,4 +33,5 @@ class UsageSampler:
             counted.add(pid)
             with contextlib.suppress(psutil.Error):  # gone meanwhile: nothing more to leave out
                 counted.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        self._sampler.keep_only(counted)  # an actor forking short-lived children holds no more each time
         return {"cpu_percent": cpu, "memory_bytes": memory} if seen else {}
