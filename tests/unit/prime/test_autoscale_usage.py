@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -17,8 +18,13 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_the_actor_counts_itself_and_its_children_once() -> None:
     sampler = UsageSampler()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    code = "import time; x = bytearray(64 * 2**20); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
     try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(child.pid).memory_info().rss < 48 * 2**20:  # its 64 MiB touched
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         child_rss = psutil.Process(child.pid).memory_info().rss
         first = sampler.sample([os.getpid(), child.pid])  # the child is also a child of this process
         alone = UsageSampler().sample([os.getpid()])
