@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dlu_api.errors import Problem, SpecError
-from dlu_api.spec import rules
+from dlu_api.spec import autoscale_rules, rules
 from dlu_api.spec.io import spec_from_dict
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import RULES, check_spec, ensure_valid
@@ -416,6 +416,13 @@ CASES: list[tuple[str, Callable[..., Any], str, list[Mutation], list[str]]] = [
         "health.heartbeat_timeout_s",
         [job(health={"heartbeat_interval_s": 10, "heartbeat_timeout_s": 3})],
         ["health.heartbeat_timeout_s"],
+    ),
+    (
+        "autoscale-backlog-role-not-simple",
+        autoscale_rules.autoscale_is_sound,
+        "autoscale.backlog_roles.trainer",
+        [job(autoscale={"mode": "single-job", "backlog_roles": {"trainer": "samples"}})],
+        ["autoscale.backlog_roles.trainer"],
     ),
 ]
 

@@ -138,6 +138,11 @@ class JobStatus(BaseModel):
     backlogs: dict[str, int] = Field(
         default_factory=dict[str, int], description="Items waiting in each data channel or shard queue."
     )
+    autoscale: str | None = Field(
+        default=None,
+        description="Who sizes the roles now, for an auto-scaled job: 'single-job', or 'cluster' with "
+        "whether the Brain answers (and the statistics buffered while it does not).",
+    )
     log_dir: str | None = Field(
         default=None,
         description="Root of the rank log files (the spec's logs.dir, or $DLU_HOME/logs for a local "

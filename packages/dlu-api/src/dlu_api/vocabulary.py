@@ -115,6 +115,9 @@ class EventKind(StrEnum):
     ELASTIC_START = "elastic_start"
     ELASTIC_BELOW_MIN = "elastic_below_min"
     ELASTIC_REFORM_FAILED = "elastic_reform_failed"
+    # auto-scaling (docs/autoscaling.md)
+    AUTOSCALE_DECISION = "autoscale_decision"  # a size chosen, with the measurements behind it
+    AUTOSCALE_PLAN_UNPLACEABLE = "autoscale_plan_unplaceable"  # a Brain's plan refused or unplaceable
     # checkpoints
     CHECKPOINT_RESTORED = "checkpoint_restored"
     CHECKPOINT_PERSISTED = "checkpoint_persisted"

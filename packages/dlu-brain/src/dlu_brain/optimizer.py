@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from dlu_brain.administrator import Trigger
 from dlu_prime.brain_port import RolePlan, RoleShape
-from dlu_prime.stats import backlog_size, best_size, marginal_scaling, memory_relaunch
+from dlu_prime.stats import backlog_size, best_size, explore_scaling, memory_relaunch
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def plan_for(trigger: Trigger, facts: JobFacts, settings: OptimizerSettings) -> 
             role, waiting, rate, settings.backlog_target_s, current, shape.min_size, shape.max_size
         )
     else:
-        decision = marginal_scaling(
+        decision = explore_scaling(  # marginal scaling that also measures the size below
             role,
             facts.by_size.get(role, {}),
             current,
@@ -74,6 +74,7 @@ def plan_for(trigger: Trigger, facts: JobFacts, settings: OptimizerSettings) -> 
             shape.max_size,
             settings.linear_threshold,
             elastic=shape.elastic,
+            skip=frozenset(size for r, size in facts.unplaceable if r == role),
         )
     if not decision.changes or (role, decision.target) in facts.unplaceable:
         return []

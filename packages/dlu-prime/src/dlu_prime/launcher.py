@@ -16,6 +16,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from dlu_api.errors import JobNameTakenError, Problem, SpecError
+from dlu_api.spec.autoscale_settings import brain_url
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus
@@ -111,6 +112,7 @@ def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) 
                 "or choose another name."
             )
     remove_job_resources(spec.name, include_master=True)
+    spec = with_brain_url(spec)
     master_class = ray.remote(PrimeMaster)
     master = master_class.options(  # pyright: ignore[reportUnknownMemberType]
         name=master_name(spec.name),
@@ -122,6 +124,15 @@ def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) 
     ).remote(spec.model_dump_json(), workdir, resume)
     logger.info("job %s: PrimeMaster created%s", spec.name, " to resume it" if resume else "")
     return master
+
+
+def with_brain_url(spec: JobSpec) -> JobSpec:
+    """A cluster-mode spec that names no Brain gets this process's $DLU_BRAIN_URL, so the
+    PrimeMaster (on whatever node Ray puts it) reports to the Brain the job was launched with."""
+    url = brain_url(spec.autoscale)  # preflight refused a cluster-mode job without one
+    if url is None or spec.autoscale.brain_url == url:
+        return spec
+    return spec.model_copy(update={"autoscale": spec.autoscale.model_copy(update={"brain_url": url})})
 
 
 def _check_replaceable(spec: JobSpec) -> None:

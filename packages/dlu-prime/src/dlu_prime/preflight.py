@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlu_api.errors import Problem, SpecError
+from dlu_api.spec.autoscale_settings import BrainUrlMissing, brain_url
 from dlu_api.spec.channels import channel_problems
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import JobSpec, RoleKind
@@ -48,7 +49,17 @@ def code_problems(spec: JobSpec, workdir: str | None) -> list[Problem]:
         + channel_problems(spec, workdir)
         + store_problems(spec)
         + extension_problems(spec, workdir)
+        + brain_problems(spec)
     )
+
+
+def brain_problems(spec: JobSpec) -> list[Problem]:
+    """A cluster-mode job with no Brain URL in its spec nor in this process's environment."""
+    try:
+        brain_url(spec.autoscale)
+    except BrainUrlMissing as exc:
+        return [Problem("autoscale.brain_url", str(exc), "give the Brain's URL, or use mode: single-job.")]
+    return []
 
 
 def check(spec: JobSpec, workdir: str | None) -> None:

@@ -154,6 +154,8 @@ def statistics_lines(status: JobStatus) -> list[str]:
                 lines.append(f"  {actor.name}: " + ", ".join(u for u in use if u))
     if status.backlogs:
         lines.append("  backlog: " + ", ".join(f"{k} {v}" for k, v in sorted(status.backlogs.items())))
+    if status.autoscale:
+        lines.append(f"  autoscale: {status.autoscale}")
     return lines
 
 

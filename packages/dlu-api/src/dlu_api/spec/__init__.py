@@ -4,6 +4,8 @@ from dlu_api.spec.entrypoint import Entrypoint, EntrypointKind, parse_entrypoint
 from dlu_api.spec.io import dump_spec, job_schema, load_spec, load_spec_text, spec_from_dict, spec_to_dict
 from dlu_api.spec.models import (
     API_VERSION,
+    AutoscaleMode,
+    AutoscaleSettings,
     Collocation,
     CommBackend,
     DeviceType,
@@ -26,6 +28,8 @@ from dlu_api.spec.units import parse_memory
 
 __all__ = [
     "API_VERSION",
+    "AutoscaleMode",
+    "AutoscaleSettings",
     "Collocation",
     "CommBackend",
     "DeviceType",

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from dlu_api.spec.autoscale_settings import AutoscaleMode, AutoscaleSettings
 from dlu_api.spec.elastic_settings import CheckpointSettings, CommBackend, ElasticSettings, NodeCheckSettings
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.job_settings import HealthSettings, Limits, LogsSettings, MasterSettings, StateStoreSpec
@@ -43,6 +44,8 @@ __all__ = [
     "API_VERSION",
     "NAME_PATTERN",
     "ROLE_PATTERN",
+    "AutoscaleMode",
+    "AutoscaleSettings",
     "CheckpointSettings",
     "Collocation",
     "CommBackend",
@@ -264,6 +267,10 @@ class JobSpec(SpecModel):
     health: HealthSettings = Field(default_factory=HealthSettings)
     master: MasterSettings = Field(default_factory=MasterSettings)
     logs: LogsSettings = Field(default_factory=LogsSettings)
+    autoscale: AutoscaleSettings = Field(
+        default_factory=AutoscaleSettings,
+        description="Who sizes the roles while the job runs: off (default), single-job or cluster.",
+    )
 
     @model_validator(mode="after")
     def _default_gpus(self) -> JobSpec:

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 
 from dlu_api.errors import Problem, SpecError
+from dlu_api.spec.autoscale_rules import autoscale_is_sound
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.model_base import MAX_ACTORS
 from dlu_api.spec.models import DeviceType, JobSpec, RoleKind, RoleSpec
@@ -350,6 +351,7 @@ RULES: tuple[Rule, ...] = (
     job_has_a_driver,
     env_names_are_valid,
     health_is_sound,
+    autoscale_is_sound,
 )
 
 

@@ -184,6 +184,12 @@ class ElasticWorkerActor(ElasticAgentLoop):
             "training_ended": self.training_ended,
         }
 
+    def _usage_pids(self) -> list[int]:
+        """The agent and its training process (forked by the node's zygote, not its child)."""
+        process = getattr(self, "process", None)
+        own = super()._usage_pids()
+        return [*own, process.pid] if process is not None and process.alive else own
+
     def rendezvous_address(self) -> tuple[str, int]:
         """Where a node-check pair led by this rank meets."""
         return self.host, free_port(self.host)

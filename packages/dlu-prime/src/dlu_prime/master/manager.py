@@ -115,6 +115,7 @@ class PrimeManager:
             port, scheduler, clock, self.handle, lambda: self.extension is not None, lambda: self.metrics
         )
         self.liveness = self.monitoring.liveness
+        self.hooks.append(lambda _, change, __: self.monitoring.autoscale.on_change(self.state, change))
         self.elastic = self.monitoring.elastic  # elastic roles: what a pass sees of their nodes
         self._wake = threading.Event()
         self.stops = StopRequests(self.lock, self._wake.set)  # asked on other threads, taken by the loop
@@ -325,7 +326,8 @@ class PrimeManager:
     def status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
         """The persisted state plus the live training steps and metrics; never waits on a hung
         store (`status_view.live_status`)."""
-        return live_status(self.state, self.lock, self.writer, self.liveness, events, events_after)
+        status = live_status(self.state, self.lock, self.writer, self.liveness, events, events_after)
+        return self.monitoring.autoscale.status(status)
 
     def steps(self) -> dict[str, int]:
         """The last training step each running actor reported."""

@@ -27,8 +27,10 @@ from typing import Any, Literal, Protocol
 
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
+from dlu_prime.brain_port.models import StatSample
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState, role_size
 from dlu_prime.master.tiers import CHARGED, totals
+from dlu_prime.stats.throughput import Throughput
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +126,30 @@ SERIES: tuple[Series, ...] = (
         "gauge",
         ("dlu_job", "node"),
         "a node's node-check time (its best round)",
+    ),
+    Series(
+        "dlu_role_steps_per_second",
+        "gauge",
+        ("dlu_job", "role", "world_size"),
+        "a role's measured training speed at each world size it ran at (nodes of an elastic role)",
+    ),
+    Series(
+        "dlu_actor_cpu_percent",
+        "gauge",
+        ("dlu_job", "role", "actor"),
+        "CPU use of an actor's processes (100 = one core), as the actor measured it",
+    ),
+    Series(
+        "dlu_actor_memory_bytes",
+        "gauge",
+        ("dlu_job", "role", "actor"),
+        "resident memory of an actor's processes",
+    ),
+    Series(
+        "dlu_queue_backlog",
+        "gauge",
+        ("dlu_job", "queue"),
+        "items waiting in a data channel, or shards to do in a shard queue",
     ),
     Series(
         "dlu_checkpoint_lost_steps_total",
@@ -240,6 +266,10 @@ class JobMetrics:
             self._world_size = made["dlu_world_size"]
             self._node_score = made["dlu_node_check_score_seconds"]
             self._lost_steps = made["dlu_checkpoint_lost_steps_total"]
+            self._speed = made["dlu_role_steps_per_second"]
+            self._cpu = made["dlu_actor_cpu_percent"]
+            self._memory = made["dlu_actor_memory_bytes"]
+            self._backlog = made["dlu_queue_backlog"]
         except Exception as exc:
             self.enabled = False
             _warn_once(f"job {job}: cannot create the metrics", exc)
@@ -297,6 +327,30 @@ class JobMetrics:
         if gained > 0:
             counter.record(float(gained), tags)
         seen[key] = max(total, seen.get(key, 0))
+
+    def observe_statistics(
+        self, speeds: Sequence[Throughput], usage: Mapping[str, StatSample], backlogs: Mapping[str, int]
+    ) -> None:
+        """The runtime statistics (`dlu_prime.autoscale.feed`): speed per role and world size,
+        each actor's CPU and memory, each queue's backlog."""
+
+        def record() -> None:
+            job = {"dlu_job": self.job}
+            for t in speeds:
+                if t.steps_per_s is not None:
+                    self._speed.record(
+                        t.steps_per_s, {**job, "role": t.role, "world_size": str(t.world_size)}
+                    )
+            for actor, sample in usage.items():
+                tags = {**job, "role": sample.role or "", "actor": actor}
+                if sample.cpu_percent is not None:
+                    self._cpu.record(sample.cpu_percent, tags)
+                if sample.memory_bytes is not None:
+                    self._memory.record(float(sample.memory_bytes), tags)
+            for queue, count in backlogs.items():
+                self._backlog.record(float(count), {**job, "queue": queue})
+
+        self._safely("the runtime statistics", record)
 
     def failover_done(self, tier: str, duration_s: float) -> None:
         """One recovery of `tier` took `duration_s` (failure detected -> training again)."""

@@ -1,7 +1,8 @@
 """One monitoring pass of the PrimeManager, the observing side: poll the actors, keep what
 the judgements need between passes (liveness, since when elastic workers are gone, the stall
-memory), hand the pass to the decision core (`PassObserved`), then, on a quiet pass, the stall
-notice (`StallObserved`). Nothing here decides."""
+memory), hand the pass to the decision core (`PassObserved`), feed the runtime statistics and
+auto-scaling (`autoscale.driver`: `AutoscaleObserved`), then, on a quiet pass, the stall notice
+(`StallObserved`). Nothing here decides."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from dlu_api.status import JobStage
+from dlu_prime.autoscale.driver import Autoscaler
 from dlu_prime.master.core.events import Event, PassObserved
 from dlu_prime.master.elastic_resize import ElasticResizer
 from dlu_prime.master.lifecycle import gone
@@ -41,6 +44,7 @@ class Monitoring:
         self.liveness = Liveness()
         self.elastic = ElasticResizer(port, handle)  # elastic roles: since when workers are gone
         self.stall = StallWatch()  # "nothing moves": reported, never acted on
+        self.autoscale = Autoscaler(port, handle, clock, metrics)  # statistics; auto-scaling
         self._injected: list[Failure] = []  # reports made through the PrimeMaster (dlu debug)
         self._lock = threading.Lock()
 
@@ -78,6 +82,8 @@ class Monitoring:
                 n: now - o.last_heartbeat for n, o in observations.items() if o.last_heartbeat is not None
             }
             metrics.observe_state(self._port.state(), ages)
+        if self._port.state().stage is JobStage.RUNNING:
+            self.autoscale.after_pass(observations, now)
         if not result.failures and not result.all_drivers_finished:
             self.stall.check(self._port.state(), self.liveness, self._handle, observations, now)
         return result

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage, EventKind
-from dlu_prime.master.resize_plan import ResizePlan, ScaleError, StartedWithout
+from dlu_prime.master.resize_plan import SETS_TARGET, ResizePlan, ScaleError, StartedWithout
 from dlu_prime.master.state import (
     SUB_MASTER_RANK,
     ActorRecord,
@@ -223,7 +223,7 @@ def resize_began(state: JobState, change: ResizeBegan, now: float) -> list[Event
     role.resize_count += 1
     forgiven = min(change.forgiven, role.inplace_restart_count)
     role.inplace_restart_count -= forgiven
-    if plan.nodes is not None and change.cause == "dlu scale":
+    if plan.nodes is not None and change.cause in SETS_TARGET:
         role.target_nodes = plan.nodes  # the role aims at this node count from now on
     for name, rank in plan.added:
         state.actors.setdefault(name, ActorRecord(name=name, role=plan.role, rank=rank))

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+AUTOSCALE = "autoscale"  # the cause of a resize auto-scaling decided (master/core/autoscale_pass.py)
+SETS_TARGET = ("dlu scale", AUTOSCALE)
+"""Causes after which an elastic role keeps the node count they set (no growth back to MAX)."""
+
 
 class ScaleError(ValueError):
     """A resize request that is refused; the message names the value and the fix."""

@@ -45,6 +45,8 @@ class ActorObservation:
     watched: bool = False  # it reports beats of its own: judge heartbeat staleness
     steps_reported: bool = False  # it reports training steps: judge hangs
     incarnation: str | None = None  # which process answered (node and pid): changes when Ray rebuilds it
+    cpu_percent: float | None = None  # the actor's processes (psutil, measured by the actor itself)
+    memory_bytes: int | None = None  # their resident memory
 
     @staticmethod
     def gone(error: str) -> ActorObservation:
@@ -69,7 +71,13 @@ class ActorObservation:
             watched=bool(status.get("watched")),
             steps_reported=bool(status.get("steps_reported")),
             incarnation=f"{status.get('node_id')}/{status['pid']}" if status.get("pid") else None,
+            cpu_percent=_metric(status.get("cpu_percent")),
+            memory_bytes=_count(status.get("memory_bytes")),
         )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _metric(value: Any) -> float | None:

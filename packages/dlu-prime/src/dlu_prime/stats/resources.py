@@ -60,6 +60,11 @@ class ProcessSampler:
             memory_limit_bytes=memory_limit_bytes,
         )
 
+    def keep_only(self, pids: set[int]) -> None:
+        """Forget every process but these (children that exited are never asked about again)."""
+        for pid in [p for p in self._procs if p not in pids]:
+            del self._procs[pid]
+
 
 def backlog_sample(channel: str, backlog: int, now: float, role: str | None = None) -> StatSample:
     """The items waiting in a data channel or shard queue (fed by `role`, if known)."""

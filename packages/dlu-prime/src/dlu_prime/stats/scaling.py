@@ -1,4 +1,5 @@
-"""Pure sizing algorithms, shared by the Brain's optimize processor and (later) the job's own core.
+"""Pure sizing algorithms, shared by the Brain's optimize processor and the job's own policy
+(`dlu_prime.autoscale.policy`).
 
 Each is a function of measurements and bounds, with the reason it gives in words, so every
 decision can be an event that says why ("trainer 4 -> 6: 4 nodes 310 samples/s, 6 nodes 452
@@ -94,6 +95,42 @@ def marginal_scaling(
         return SizeDecision(role, current, up, f"{role} {current} -> {up}: {said(current, up)}")
     return SizeDecision(
         role, current, current, f"{role} stays at {current}: {said(current, up)} (< {threshold:.0%})"
+    )
+
+
+def explore_scaling(
+    role: str,
+    by_size: dict[int, float],
+    current: int,
+    low: int,
+    high: int,
+    threshold: float,
+    elastic: bool = True,
+    unit: str = "samples/s",
+    skip: frozenset[int] = frozenset(),
+) -> SizeDecision:
+    """`marginal_scaling`, and where it would stay at a size whose step up did not pay (or at
+    its max), the size below it measured once: a job that starts large (a communication-bound
+    job started at its max) finds its best size from above too. `skip`: sizes not to propose
+    (a resize to them failed)."""
+    decision = marginal_scaling(role, by_size, current, low, high, threshold, elastic=elastic)
+    if unit != "samples/s":
+        decision = SizeDecision(role, current, decision.target, decision.reason.replace("samples/s", unit))
+    if decision.changes or current not in by_size:
+        return decision
+    down, up = current - 1, current + 1
+    if down < low or down in by_size or down in skip:
+        return decision
+    if up in by_size and linear_fraction(by_size, current, up) >= threshold:
+        return decision  # the step up paid: this size is below a good one, not above it
+    units = _unit(elastic)
+    why = f"at its max {high}" if current >= high else f"{up} {units} did not pay"
+    return SizeDecision(
+        role,
+        current,
+        down,
+        f"{role} {current} -> {down}: {current} {units} {by_size[current]:.1f} {unit}, {why}; "
+        f"measuring {down} {units}",
     )
 
 

@@ -12,7 +12,7 @@ a healthy RUNNING actor's heartbeat is the simulation's clock at its last `beat(
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dlu_api.spec.models import JobSpec
@@ -63,6 +63,13 @@ class SimScheduler(Scheduler):
         running = [n for n, s in self.stages.items() if s is ActorStage.RUNNING]
         for name in running:
             self.steps[name] = self.steps[name] + 1 if step is None else step
+        self._refresh(running)
+
+    def beat_steps(self, steps: Mapping[str, int]) -> None:
+        """These RUNNING actors heartbeat now, each at its own step."""
+        running = [n for n in steps if self.stages.get(n) is ActorStage.RUNNING]
+        for name in running:
+            self.steps[name] = steps[name]
         self._refresh(running)
 
     def kill(self, name: str, error: str = "actor died (simulated)") -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from dlu_api.spec.models import LogsSettings
 from dlu_api.vocabulary import ActorStage
 from dlu_prime.runtime.context import Health, WorkerContext, set_current_worker
+from dlu_prime.stats.usage import UsageSampler
 from dlu_prime.worker.entrypoint import LoadedEntrypoint, Outcome, Result, prepend_sys_path
 from dlu_prime.worker.rank_logs import RankOutput, redirect_this_process
 
@@ -99,6 +100,7 @@ class WorkerActor:
         self._stop = threading.Event()
         self._rpc_ready = threading.Event()  # set once the user's instance exists
         self.node_id, self.gpu_ids, self.reconstructed = _ray_identity()
+        self._usage = UsageSampler()
         if self.redirects_own_output:
             attempt = "restarted by Ray" if self.reconstructed else "actor started"
             output = RankOutput.of(
@@ -252,7 +254,12 @@ class WorkerActor:
             "reconstructed": self.reconstructed,
             "pid": os.getpid(),
             **self.health.snapshot(),
+            **self._usage.sample(self._usage_pids()),
         }
+
+    def _usage_pids(self) -> list[int]:
+        """The processes whose CPU and memory are the actor's (with their children)."""
+        return [os.getpid()]
 
     # RPC -------------------------------------------------------------------------------------
     def call_rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -2,8 +2,8 @@
 
 Every decision of the PrimeManager is made here, from the recorded state and one event: the
 tier of a failure and its escalation, whether an effect joins a fault in flight, setup
-retries, an elastic node loss, growth and resize (`dlu scale`), the stall notice, limits, stop
-conditions. It calls the pure policies (`failover`, `monitor`, `tiers`, `elastic_policy`,
+retries, an elastic node loss, growth and resize (`dlu scale`), auto-scaling (`autoscale_pass`),
+the stall notice, limits, stop conditions. It calls the pure policies (`failover`, `monitor`, `tiers`, `elastic_policy`,
 `resize`, `stall`)
 and returns the changes to save and the commands to run; it does no I/O, takes no lock and
 never changes `state` (the PrimeManager applies the changes).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dlu_api.status import JobStage
 from dlu_prime.master.core import (
+    autoscale_pass,
     elastic_chain,
     failover_chain,
     monitor_pass,
@@ -47,6 +48,7 @@ from dlu_prime.master.core.commands import (
 )
 from dlu_prime.master.core.decision import Decision, stopping
 from dlu_prime.master.core.events import (
+    AutoscaleObserved,
     CarryOn,
     Done,
     Event,
@@ -86,6 +88,8 @@ def decide(state: JobState, event: Event, now: float) -> Decision:
             return elastic_chain.growth_due(state, event, now)
         case StallObserved():
             return stall_notice.stall_observed(state, event, now)
+        case AutoscaleObserved():
+            return autoscale_pass.observed(state, event)
         case PassApplied():
             return monitor_pass.applied(state, event)
         case InPlaceReported():

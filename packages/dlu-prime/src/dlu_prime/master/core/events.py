@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlu_prime.autoscale.policy import RoleView
+from dlu_prime.brain_port.models import RolePlan
 from dlu_prime.master.core.commands import Command, InPlaceReport, Then
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.stall import ChannelView, StallMemory
@@ -165,6 +167,20 @@ class StallObserved:
     beats: Mapping[str, tuple[int, float]]
 
 
+@dataclass(frozen=True)
+class AutoscaleObserved:
+    """After a monitoring pass of an auto-scaled job: its roles as the statistics see them (each
+    with the sizes whose resize failed), seconds since the last resize or recovery ended, and in
+    cluster mode the Brain's plans not carried out yet. While the Brain answers (`brain_up`) the
+    job only executes its plans; otherwise its own policy decides. The reply is an
+    `autoscale_pass.Outcome`, or None when nothing was decided."""
+
+    views: tuple[RoleView, ...]
+    quiet_for_s: float
+    plans: tuple[RolePlan, ...] = ()
+    brain_up: bool = False
+
+
 Event = (
     PassObserved
     | InPlaceReported
@@ -183,4 +199,5 @@ Event = (
     | GrowthDue
     | LossJudged
     | StallObserved
+    | AutoscaleObserved
 )

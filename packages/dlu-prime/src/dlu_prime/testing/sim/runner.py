@@ -61,7 +61,12 @@ class Result:
 
 class Run:
     def __init__(
-        self, seed: int, fault_steps: int = FAULT_STEPS, quiet_steps: int = QUIET_STEPS, known: bool = False
+        self,
+        seed: int,
+        fault_steps: int = FAULT_STEPS,
+        quiet_steps: int = QUIET_STEPS,
+        known: bool = False,
+        autoscale: bool = False,
     ) -> None:
         self.seed = seed
         self.known = known  # also inject what the known, open issue below needs
@@ -71,7 +76,7 @@ class Run:
         self.clock = SimClock()
         self.crash = CrashPoint()
         self.store = SimStore(self.clock, random.Random(seed ^ 0x5EED), self.crash)
-        self.spec = sim_spec(self.rng)
+        self.spec = sim_spec(self.rng, autoscale=autoscale)
         self.cluster = self._cluster()
         self.ledger = Ledger()
         self.result = Result(seed)
@@ -499,11 +504,16 @@ class Run:
 
 
 def run_seed(
-    seed: int, fault_steps: int = FAULT_STEPS, quiet_steps: int = QUIET_STEPS, known: bool = False
+    seed: int,
+    fault_steps: int = FAULT_STEPS,
+    quiet_steps: int = QUIET_STEPS,
+    known: bool = False,
+    autoscale: bool = False,
 ) -> Result:
+    """`autoscale`: the job auto-scales (single-job mode) among the faults."""
     logging.disable(logging.CRITICAL)  # the manager logs every decision: not the simulation's output
     try:
-        run = Run(seed, fault_steps, quiet_steps, known)
+        run = Run(seed, fault_steps, quiet_steps, known, autoscale)
     except Violation as exc:  # the first PrimeMaster's creation (a newer-schema document)
         return Result(seed, violation=str(exc))
     return run.run()

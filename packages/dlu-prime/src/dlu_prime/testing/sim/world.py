@@ -14,10 +14,18 @@ ELASTIC = "train"
 SIMPLE = "data"
 
 
-def sim_spec(rng: random.Random, nodes: int = 3, ranks_per_node: int = 2, data: int = 2) -> JobSpec:
+AUTOSCALE = {"mode": "single-job", "settle_s": 2.0, "measure_s": 3.0}
+"""What `autoscale=True` adds: decisions every few steps, among the faults."""
+
+
+def sim_spec(
+    rng: random.Random, nodes: int = 3, ranks_per_node: int = 2, data: int = 2, autoscale: bool = False
+) -> JobSpec:
     max_restart = rng.randint(2, 8)
+    extra = {"autoscale": AUTOSCALE} if autoscale else {}
     return spec_from_dict(
         {
+            **extra,
             "name": JOB,
             "device_type": "CPU",
             "device_per_node": 0,
