@@ -4,6 +4,7 @@ in-place restart (tier 1) that resumes from the checkpoint with no actor restart
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -122,36 +123,6 @@ def test_restart_limit_stops_the_job_with_the_reason(ray_session: Any) -> None:
     assert sum(1 for e in status.events if e.kind == "inplace_restart") == 1
 
 
-def test_node_check_reports_a_straggler(ray_session: Any) -> None:
-    spec = elastic_job(
-        "el-slow",
-        "elastic_workloads:allreduce_only",
-        3,
-        1,
-        node_check={"enabled": True, "straggler_ratio": 3.0},
-        env={"DLU_NODE_CHECK_FAULT_NODE": "node-2", "DLU_NODE_CHECK_DELAY_S": "1.5"},
-    )
-    status = run(spec)
-    assert status.exit_code == 0, status.reason
-    verdicts = [e.message for e in status.events if e.kind == "straggler"]
-    assert verdicts and "node-2" in verdicts[0]
-
-
-def test_comm_fault_node_check_failure_stops_the_job_naming_the_node(ray_session: Any) -> None:
-    spec = elastic_job(
-        "el-faulty",
-        "elastic_workloads:allreduce_only",
-        3,
-        1,
-        node_check={"enabled": True},
-        env={"DLU_NODE_CHECK_FAULT_NODE": "node-1", "DLU_NODE_CHECK_FAIL": "1"},
-    )
-    status = run(spec)
-    assert status.stage.value == "STOPPED"  # never stuck in READY
-    assert status.exit_code == 1
-    assert "node check failed" in status.reason and "node-1" in status.reason
-
-
 def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
     spec = spec_from_dict(
         {
@@ -176,23 +147,67 @@ def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
     assert status.exit_code == 0, status.reason
 
 
-def test_comm_fault_faulty_node_gets_its_actors_restarted_then_trains(
-    ray_session: Any, tmp_path: Path
+@pytest.fixture(scope="module")
+def node_check_jobs(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobStatus]:
+    """The three node-check jobs, run side by side: the faulty node's partners wait out the
+    probe's 30 s timeout (twice for the job that stops), time in which the others can run."""
+    counter = tmp_path_factory.mktemp("node-check") / "faults"
+    specs = {
+        "straggler": elastic_job(
+            "el-slow",
+            "elastic_workloads:allreduce_only",
+            3,
+            1,
+            node_check={"enabled": True, "straggler_ratio": 3.0},
+            env={"DLU_NODE_CHECK_FAULT_NODE": "node-2", "DLU_NODE_CHECK_DELAY_S": "1.5"},
+        ),
+        "faulty": elastic_job(
+            "el-faulty",
+            "elastic_workloads:allreduce_only",
+            3,
+            1,
+            node_check={"enabled": True},
+            env={"DLU_NODE_CHECK_FAULT_NODE": "node-1", "DLU_NODE_CHECK_FAIL": "1"},
+        ),
+        "recheck": elastic_job(
+            "el-recheck",
+            "elastic_workloads:allreduce_only",
+            3,
+            1,
+            node_check={"enabled": True},
+            env={
+                "DLU_NODE_CHECK_FAULT_NODE": "node-1",
+                "DLU_NODE_CHECK_FAIL": "1",
+                "DLU_NODE_CHECK_FAULT_COUNTER": str(counter),
+                "DLU_NODE_CHECK_FAULT_TIMES": "2",  # both rounds of the first check, not the re-check
+            },
+        ),
+    }
+    with ThreadPoolExecutor(len(specs)) as pool:
+        running = {key: pool.submit(run, spec) for key, spec in specs.items()}
+        return {key: future.result() for key, future in running.items()}
+
+
+def test_node_check_reports_a_straggler(node_check_jobs: dict[str, JobStatus]) -> None:
+    status = node_check_jobs["straggler"]
+    assert status.exit_code == 0, status.reason
+    verdicts = [e.message for e in status.events if e.kind == "straggler"]
+    assert verdicts and "node-2" in verdicts[0]
+
+
+def test_comm_fault_node_check_failure_stops_the_job_naming_the_node(
+    node_check_jobs: dict[str, JobStatus],
 ) -> None:
-    spec = elastic_job(
-        "el-recheck",
-        "elastic_workloads:allreduce_only",
-        3,
-        1,
-        node_check={"enabled": True},
-        env={
-            "DLU_NODE_CHECK_FAULT_NODE": "node-1",
-            "DLU_NODE_CHECK_FAIL": "1",
-            "DLU_NODE_CHECK_FAULT_COUNTER": str(tmp_path / "faults"),
-            "DLU_NODE_CHECK_FAULT_TIMES": "2",  # both rounds of the first check, not the re-check
-        },
-    )
-    status = run(spec)
+    status = node_check_jobs["faulty"]
+    assert status.stage.value == "STOPPED"  # never stuck in READY
+    assert status.exit_code == 1
+    assert "node check failed" in status.reason and "node-1" in status.reason
+
+
+def test_comm_fault_faulty_node_gets_its_actors_restarted_then_trains(
+    node_check_jobs: dict[str, JobStatus],
+) -> None:
+    status = node_check_jobs["recheck"]
     assert status.exit_code == 0, status.reason
     kinds = [e.kind for e in status.events]
     assert "faulty_node" in kinds and "actors_restarted" in kinds
