@@ -98,8 +98,10 @@ def test_processes_of_two_launchers_in_two_processes_come_from_one_zygote(
     launcher.warm_up()
     path = zygote.socket_path(PRELOAD)
     pid = _zygote_pid(path)
-    here = _describe(launcher, tmp_path)
+    here = _describe(launcher, tmp_path, TMPDIR=str(tmp_path))
     assert here["ppid"] == pid and here["pgid"] == here["pid"] and here["torch_preloaded"] is True
+    # torch cached the zygote's TMPDIR; the child goes by its own (the zygote's may be gone)
+    assert here["tempdir"] == str(tmp_path)
     # torch's objects, preloaded, are out of the child's collections (it collects its own)
     assert here["frozen_objects"] > 100_000 and here["gc_enabled"] is True
     other = textwrap.dedent(f"""
