@@ -12,6 +12,9 @@ from short_tmp import remove_made, short_tmp_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# SIGALRM fails the one test past its timeout; a thread ends a run that the signal cannot reach.
+pytest_plugins = ("timeouts",)
+
 # Ray would otherwise re-run every worker through `uv run` (packaging the repo as a working_dir).
 os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
 

@@ -1,5 +1,8 @@
-"""Real `dlu` commands in subprocesses, each test with its own DLU_HOME and zygote directory and
-each `dlu run` with its own Ray temp dir, so that what a run started can be found by path."""
+"""Real `dlu` commands in subprocesses, each test with its own DLU_HOME and each `dlu run` with
+its own Ray temp dir, so that what a run started can be found by path. The runs share the
+suite's zygote directory (tests/conftest.py), as the runs of one node share its zygotes: the
+torch zygote is started once, not once per test (its imports cost each test seconds of CPU);
+each Ray session's worker zygote is its own all the same (keyed to its raylet's settings)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from proc_checks import Proc, descendants, processes
 
 HERE = Path(__file__).parent
 DLU = str(Path(sys.executable).parent / "dlu")
+ZYGOTE_DIR_ENV = "DLU_ZYGOTE_DIR"  # dlu_prime.zygote.DIR_ENV (this module imports no DLU code)
 
 
 def short_dir(prefix: str) -> str:
@@ -51,12 +55,18 @@ class Run:
             self.proc.wait(30)
 
 
+def suite_zygotes() -> str:
+    """The suite's zygote directory; the session fixture `private_zygotes` names it."""
+    return os.environ[ZYGOTE_DIR_ENV]
+
+
 @dataclass
 class Box:
-    """The DLU_HOME and zygote directory one test's runs share."""
+    """The DLU_HOME one test's runs share, and their zygote directory (the suite's by default;
+    a Box given its own ends the zygotes there at the end)."""
 
     home: Path
-    zygotes: str = field(default_factory=lambda: short_dir("dlu-z-"))
+    zygotes: str = field(default_factory=suite_zygotes)
     runs: list[Run] = field(default_factory=list[Run])
     dirs: list[str] = field(default_factory=list[str])  # removed at the end
 
@@ -111,14 +121,17 @@ class Box:
         return None if record is None else str(record["status"]["stage"])
 
     def end(self) -> None:
-        """End the runs, then this test's zygotes (by pid: one still importing answers no ping)."""
+        """End the runs, then the zygotes of a directory of this test's own (by pid: one still
+        importing answers no ping); the suite's directory is the session fixture's to empty."""
         for run in self.runs:
             run.end()
-        for proc in processes().values():
-            if "dlu_prime.zygote" in proc.cmdline and f"--socket {self.zygotes}/" in proc.cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-        for directory in [*self.dirs, self.zygotes]:
+        if self.zygotes != os.environ.get(ZYGOTE_DIR_ENV):
+            for proc in processes().values():
+                if "dlu_prime.zygote" in proc.cmdline and f"--socket {self.zygotes}/" in proc.cmdline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGKILL)
+            self.dirs.append(self.zygotes)
+        for directory in self.dirs:
             shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -93,12 +94,9 @@ def _wait_for_job_server(url: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(
-    cluster_venv: Venv, repo_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RayCluster]:
+@contextlib.contextmanager
+def _started_cluster(cluster_venv: Venv, repo_root: Path, workdir: Path) -> Iterator[RayCluster]:
     """A head (PrimeMaster resource `dlu_head`) and two worker nodes (`dlu_worker`), one Ray."""
-    workdir = tmp_path_factory.mktemp("cluster-workdir")
     shutil.copytree(repo_root / "examples", workdir / "examples")
     tmp_dir = tempfile.mkdtemp(prefix="r7", dir="/tmp")  # Ray's socket paths must stay short
     log = (workdir / "holder.log").open("w")
@@ -125,3 +123,49 @@ def ray_cluster(
         _stop_group(process)
         log.close()
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _used_after(module_path: Path, session: pytest.Session, fixture: str) -> bool:
+    """Whether a test after the last one of the module at `module_path` asks for `fixture`."""
+    items = session.items
+    last = max((i for i, item in enumerate(items) if item.path == module_path), default=len(items))
+    return any(fixture in getattr(item, "fixturenames", ()) for item in items[last + 1 :])
+
+
+@dataclass
+class _ClusterHolder:
+    """`ray_cluster`'s cluster between modules, and what stops it."""
+
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    cluster: RayCluster | None = None
+
+    def stop(self) -> None:
+        self.cluster = None
+        self.stack.close()  # empty again, ready for a later start
+
+
+@pytest.fixture(scope="session")
+def _cluster_holder() -> Iterator[_ClusterHolder]:
+    holder = _ClusterHolder()
+    yield holder
+    holder.stop()  # one still running
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(
+    request: pytest.FixtureRequest,
+    _cluster_holder: _ClusterHolder,
+    cluster_venv: Venv,
+    repo_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RayCluster]:
+    """A head (`dlu_head`) and two worker nodes (`dlu_worker`), one Ray: one cluster for the
+    modules that ask for it one after another (a start costs seconds of CPU), stopped after the
+    last of them."""
+    holder = _cluster_holder
+    if holder.cluster is None:
+        workdir = tmp_path_factory.mktemp("cluster-workdir")
+        holder.cluster = holder.stack.enter_context(_started_cluster(cluster_venv, repo_root, workdir))
+    yield holder.cluster
+    if not _used_after(request.path, request.session, "ray_cluster"):
+        holder.stop()

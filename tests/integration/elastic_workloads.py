@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,7 @@ def describe_process() -> None:
             "torch_preloaded": "torch" in sys.modules,
             "frozen_objects": gc.get_freeze_count(),
             "gc_enabled": gc.isenabled(),
+            "tempdir": tempfile.gettempdir(),
         },
     )
 

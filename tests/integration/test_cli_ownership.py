@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_runs import DLU, HERE, Box, Run, session_processes, wait_until
+from cli_runs import DLU, HERE, Box, Run, session_processes, short_dir, wait_until
 from proc_checks import Proc, processes, snapshot, still_alive
 
 from dlu_api.cli import SECOND_INTERRUPT_REASON
@@ -63,7 +63,7 @@ roles:
 
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
+    made = Box(tmp_path / "home", zygotes=short_dir("dlu-z-"))  # its own: what runs there is the run's
     yield made
     made.end()
 

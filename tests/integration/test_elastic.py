@@ -4,6 +4,7 @@ in-place restart (tier 1) that resumes from the checkpoint with no actor restart
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def test_function_entrypoint_gets_torchrun_env_and_process_group(ray_session: An
     assert any(e.kind == "endpoint" for e in status.events)
 
 
-def test_unmodified_torchrun_script(ray_session: Any) -> None:
+def torchrun_job() -> Any:
     spec = from_torchrun_cmd(
         "torchrun --nnodes=2 --nproc-per-node=2 examples/elastic/allreduce.py",
         name="el-torchrun",
@@ -79,8 +80,11 @@ def test_unmodified_torchrun_script(ray_session: Any) -> None:
     data = spec.model_dump(mode="json")
     data["roles"][0]["elastic"]["node_check"]["enabled"] = False
     data["roles"][0]["resources"]["cpu"] = 0.25
-    spec = spec_from_dict(data)
-    status = run(spec, ROOT)
+    return spec_from_dict(data)
+
+
+def test_unmodified_torchrun_script(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["torchrun"]
     assert status.exit_code == 0, status.reason
 
 
@@ -114,46 +118,15 @@ def test_inplace_restart_resumes_and_matches_a_clean_run(ray_session: Any, tmp_p
     ).read_text()
 
 
-def test_restart_limit_stops_the_job_with_the_reason(ray_session: Any) -> None:
-    spec = elastic_job("el-limit", "elastic_workloads:raise_error", 1, 2, max_restart=1)
-    status = run(spec)
+def test_restart_limit_stops_the_job_with_the_reason(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["limit"]
     assert status.exit_code == 1
     assert any(e.kind == "restart_limit" for e in status.events)
     assert sum(1 for e in status.events if e.kind == "inplace_restart") == 1
 
 
-def test_node_check_reports_a_straggler(ray_session: Any) -> None:
-    spec = elastic_job(
-        "el-slow",
-        "elastic_workloads:allreduce_only",
-        3,
-        1,
-        node_check={"enabled": True, "straggler_ratio": 3.0},
-        env={"DLU_NODE_CHECK_FAULT_NODE": "node-2", "DLU_NODE_CHECK_DELAY_S": "1.5"},
-    )
-    status = run(spec)
-    assert status.exit_code == 0, status.reason
-    verdicts = [e.message for e in status.events if e.kind == "straggler"]
-    assert verdicts and "node-2" in verdicts[0]
-
-
-def test_comm_fault_node_check_failure_stops_the_job_naming_the_node(ray_session: Any) -> None:
-    spec = elastic_job(
-        "el-faulty",
-        "elastic_workloads:allreduce_only",
-        3,
-        1,
-        node_check={"enabled": True},
-        env={"DLU_NODE_CHECK_FAULT_NODE": "node-1", "DLU_NODE_CHECK_FAIL": "1"},
-    )
-    status = run(spec)
-    assert status.stage.value == "STOPPED"  # never stuck in READY
-    assert status.exit_code == 1
-    assert "node check failed" in status.reason and "node-1" in status.reason
-
-
-def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
-    spec = spec_from_dict(
+def rpc_job() -> Any:
+    return spec_from_dict(
         {
             "name": "el-rpc",
             "device_type": "CPU",
@@ -172,27 +145,80 @@ def test_class_entrypoint_with_rpc_serves_a_trainer(ray_session: Any) -> None:
             ],
         }
     )
-    status = run(spec)
+
+
+def test_class_entrypoint_with_rpc_serves_a_trainer(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["rpc"]
     assert status.exit_code == 0, status.reason
 
 
-def test_comm_fault_faulty_node_gets_its_actors_restarted_then_trains(
-    ray_session: Any, tmp_path: Path
+@pytest.fixture(scope="module")
+def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobStatus]:
+    """The jobs whose tests look only at their outcome, run side by side (each its own job, as
+    before): the node check's faulty node leaves its partners waiting out the probe's 30 s
+    timeout (twice in the job that stops), time in which the others run."""
+    counter = tmp_path_factory.mktemp("node-check") / "faults"
+    specs = {
+        "torchrun": (torchrun_job(), ROOT),
+        "limit": elastic_job("el-limit", "elastic_workloads:raise_error", 1, 2, max_restart=1),
+        "rpc": rpc_job(),
+        "straggler": elastic_job(
+            "el-slow",
+            "elastic_workloads:allreduce_only",
+            3,
+            1,
+            node_check={"enabled": True, "straggler_ratio": 3.0},
+            env={"DLU_NODE_CHECK_FAULT_NODE": "node-2", "DLU_NODE_CHECK_DELAY_S": "1.5"},
+        ),
+        "faulty": elastic_job(
+            "el-faulty",
+            "elastic_workloads:allreduce_only",
+            3,
+            1,
+            node_check={"enabled": True},
+            env={"DLU_NODE_CHECK_FAULT_NODE": "node-1", "DLU_NODE_CHECK_FAIL": "1"},
+        ),
+        "recheck": elastic_job(
+            "el-recheck",
+            "elastic_workloads:allreduce_only",
+            3,
+            1,
+            node_check={"enabled": True},
+            env={
+                "DLU_NODE_CHECK_FAULT_NODE": "node-1",
+                "DLU_NODE_CHECK_FAIL": "1",
+                "DLU_NODE_CHECK_FAULT_COUNTER": str(counter),
+                "DLU_NODE_CHECK_FAULT_TIMES": "2",  # both rounds of the first check, not the re-check
+            },
+        ),
+    }
+    with ThreadPoolExecutor(len(specs)) as pool:
+        running = {
+            key: pool.submit(run, *(job if isinstance(job, tuple) else (job,))) for key, job in specs.items()
+        }
+        return {key: future.result() for key, future in running.items()}
+
+
+def test_node_check_reports_a_straggler(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["straggler"]
+    assert status.exit_code == 0, status.reason
+    verdicts = [e.message for e in status.events if e.kind == "straggler"]
+    assert verdicts and "node-2" in verdicts[0]
+
+
+def test_comm_fault_node_check_failure_stops_the_job_naming_the_node(
+    side_by_side: dict[str, JobStatus],
 ) -> None:
-    spec = elastic_job(
-        "el-recheck",
-        "elastic_workloads:allreduce_only",
-        3,
-        1,
-        node_check={"enabled": True},
-        env={
-            "DLU_NODE_CHECK_FAULT_NODE": "node-1",
-            "DLU_NODE_CHECK_FAIL": "1",
-            "DLU_NODE_CHECK_FAULT_COUNTER": str(tmp_path / "faults"),
-            "DLU_NODE_CHECK_FAULT_TIMES": "2",  # both rounds of the first check, not the re-check
-        },
-    )
-    status = run(spec)
+    status = side_by_side["faulty"]
+    assert status.stage.value == "STOPPED"  # never stuck in READY
+    assert status.exit_code == 1
+    assert "node check failed" in status.reason and "node-1" in status.reason
+
+
+def test_comm_fault_faulty_node_gets_its_actors_restarted_then_trains(
+    side_by_side: dict[str, JobStatus],
+) -> None:
+    status = side_by_side["recheck"]
     assert status.exit_code == 0, status.reason
     kinds = [e.kind for e in status.events]
     assert "faulty_node" in kinds and "actors_restarted" in kinds

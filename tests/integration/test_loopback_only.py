@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_runs import Box, session_processes, wait_until
+from cli_runs import Box, session_processes, short_dir, wait_until
 from listen_sockets import Listener, listeners
 from proc_checks import descendants, processes
 
@@ -33,7 +33,7 @@ roles:
 
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
+    made = Box(tmp_path / "home", zygotes=short_dir("dlu-z-"))  # its own: what runs there is the run's
     yield made
     made.end()
 

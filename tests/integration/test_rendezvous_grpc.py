@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from dlu.elastic.v1 import elastic_pb2 as pb
+from dlu.elastic.v1 import elastic_pb2_grpc as pb_grpc
 from dlu_elastic.rendezvous.client import ElasticClient, RendezvousError
 from dlu_elastic.rendezvous.service import ElasticServicer, RunningServer, serve
 from dlu_elastic.rendezvous.state import Rendezvous
@@ -455,8 +456,14 @@ def test_a_held_call_answers_incomplete_before_its_deadline() -> None:
         with master.client(timeout_s=5.0) as client:
             joined = client.join(**join_args(0), wait_s=0.3)
             assert joined.accepted and not joined.HasField("state")
-            # the deadline wins over a longer wait: answered, not DEADLINE_EXCEEDED
-            state = client.get_rendezvous(round=joined.round, agent_id="agent-0", wait_s=30.0, timeout_s=0.5)
+        # the deadline wins over a longer wait: answered, not DEADLINE_EXCEEDED. ElasticClient
+        # adds the wait to a held call's deadline, so the call is made here with a shorter one.
+        with grpc.insecure_channel(master.server.address) as channel:
+            stub = pb_grpc.ElasticServiceStub(channel)
+            request = pb.GetRendezvousRequest(
+                job_token=TOKEN, round=joined.round, agent_id="agent-0", wait_s=30.0
+            )
+            state = stub.GetRendezvous(request, timeout=1.0)
             assert not state.complete and state.joined_agents == 1
     finally:
         master.server.stop(0)

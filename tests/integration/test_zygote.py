@@ -20,12 +20,26 @@ from typing import Any
 import pytest
 from proc_checks import gone, processes
 
+from dlu_elastic.worker import process as process_module
 from dlu_elastic.worker.process import ProcessEventKind, ProcessSpec, TrainingLauncher
 from dlu_elastic.worker.warmup import PRELOAD
 from dlu_prime import zygote
 
 HERE = Path(__file__).resolve().parent
 LIGHT = ("dlu_elastic.worker.process",)  # no torch: a zygote that starts in a second
+# A launcher adds its preload list to the default one (torch, 7 s of imports here, far more on a
+# loaded machine): `light_launcher` clears the default, for the tests of the zygote's protocol,
+# which torch does not change. The tests of what torch changes keep it: the two launchers' test
+# (torch preloaded, its objects frozen) and the zygote started by another process.
+LIGHT_LAUNCHER_CODE = "from dlu_elastic.worker import process; process.PRELOAD = ()\n"
+
+
+def light_launcher(monkeypatch: pytest.MonkeyPatch) -> TrainingLauncher:
+    """A launcher whose zygote preloads LIGHT only (no torch)."""
+    monkeypatch.setattr(process_module, "PRELOAD", ())
+    launcher = TrainingLauncher(preload=LIGHT)
+    assert launcher.preload == list(LIGHT)
+    return launcher
 
 
 @pytest.fixture
@@ -84,8 +98,10 @@ def test_processes_of_two_launchers_in_two_processes_come_from_one_zygote(
     launcher.warm_up()
     path = zygote.socket_path(PRELOAD)
     pid = _zygote_pid(path)
-    here = _describe(launcher, tmp_path)
+    here = _describe(launcher, tmp_path, TMPDIR=str(tmp_path))
     assert here["ppid"] == pid and here["pgid"] == here["pid"] and here["torch_preloaded"] is True
+    # torch cached the zygote's TMPDIR; the child goes by its own (the zygote's may be gone)
+    assert here["tempdir"] == str(tmp_path)
     # torch's objects, preloaded, are out of the child's collections (it collects its own)
     assert here["frozen_objects"] > 100_000 and here["gc_enabled"] is True
     other = textwrap.dedent(f"""
@@ -111,7 +127,7 @@ def test_processes_of_two_launchers_in_two_processes_come_from_one_zygote(
 def test_child_takes_the_launchers_environment_and_sys_path(
     zygote_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    launcher = TrainingLauncher(preload=LIGHT)
+    launcher = light_launcher(monkeypatch)
     launcher.warm_up()  # the zygote starts with the environment as it is now
     monkeypatch.setenv("DLU_TEST_MARKER", "set-after-the-zygote-started")
     extra = str(tmp_path / "extra-path")
@@ -135,9 +151,9 @@ def test_zygote_outlives_the_process_that_started_it(zygote_dir: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_killed_zygote_is_replaced_and_its_running_child_is_reported(
-    zygote_dir: Path, tmp_path: Path
+    zygote_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    launcher = TrainingLauncher(preload=LIGHT)
+    launcher = light_launcher(monkeypatch)
     launcher.warm_up()
     path = zygote.socket_path(launcher.preload)
     old = _zygote_pid(path)
@@ -178,8 +194,10 @@ def test_stale_socket_and_bad_requests(zygote_dir: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_ranks_starting_together_get_children_forked_ahead(zygote_dir: Path, tmp_path: Path) -> None:
-    launcher = TrainingLauncher(preload=LIGHT)
+def test_ranks_starting_together_get_children_forked_ahead(
+    zygote_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = light_launcher(monkeypatch)
     launcher.warm_up()
     path = zygote.socket_path(launcher.preload)
 
@@ -203,7 +221,7 @@ def test_children_are_forked_ahead_only_once_a_burst_is_over(
     """A fork right after a restart's burst would delay the zygote's next answers (and exit
     reports) and take CPU from the new processes: the pool waits for the requests to stop."""
     monkeypatch.setenv(zygote.REFILL_QUIET_ENV, "8")
-    launcher = TrainingLauncher(preload=LIGHT)
+    launcher = light_launcher(monkeypatch)
     launcher.warm_up()
     path = zygote.socket_path(launcher.preload)
 
@@ -219,13 +237,13 @@ def test_children_are_forked_ahead_only_once_a_burst_is_over(
 
 @pytest.mark.timeout(120)
 def test_every_child_of_a_killed_zygote_is_reported_whether_forked_ahead_or_not(
-    zygote_dir: Path, tmp_path: Path
+    zygote_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Starts at once outrun the forks ahead, so some children are forked on request: none of
     them may keep its client's connection open (the client would never learn the zygote died)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    launcher = TrainingLauncher(preload=LIGHT)
+    launcher = light_launcher(monkeypatch)
     launcher.warm_up()
     old = _zygote_pid(zygote.socket_path(launcher.preload))
     spec = ProcessSpec(
@@ -251,7 +269,7 @@ def test_a_child_whose_requester_died_is_killed_by_the_zygote_even_when_stopped(
     """The child's own watch cannot run in a stopped (or GIL-blocked) process: the zygote ends a
     child whose requester's connection closed. While the requester lives, nothing is killed,
     over several of the zygote's 1 s loop periods."""
-    agent_code = textwrap.dedent(f"""
+    agent_code = LIGHT_LAUNCHER_CODE + textwrap.dedent(f"""
         import sys, time
         from dlu_elastic.worker.process import ProcessSpec, TrainingLauncher
         launcher = TrainingLauncher(preload={LIGHT!r})

@@ -27,6 +27,7 @@ import json
 import os
 import runpy
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -192,6 +193,9 @@ def _run_child(payload: ChildPayload, sink: _PipeSink) -> int:
     """Run the entrypoint; the exit code. Failures are printed and sent as FAILURE events."""
     try:
         os.environ.update(payload.env)
+        # The zygote's imports (torch's) cached its own TMPDIR; read this process's, as a fresh
+        # interpreter would (the zygote outlives its starter, and the starter's folder with it).
+        tempfile.tempdir = None
         os.chdir(payload.workdir)
         if payload.workdir in sys.path:
             sys.path.remove(payload.workdir)
