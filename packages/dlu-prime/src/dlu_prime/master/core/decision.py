@@ -61,8 +61,11 @@ def stopping(state: JobState, exit_code: int, reason: str) -> Decision:
 
 
 def stop_commands(state: JobState) -> tuple[Command, ...]:
-    """Every actor is asked to stop before the clean-up kills it, the finished ones too: an
-    elastic agent that finished still holds its rank's checkpoint slots in shared memory, and
-    only a stopped agent removes them at once (a killed one's wait for an adopter first)."""
-    held = tuple(n for n, a in state.actors.items() if a.stage is not ActorStage.STOPPED)
+    """The running actors and the finished ones are asked to stop before the clean-up kills
+    them: an elastic agent that finished still holds its rank's checkpoint slots in shared
+    memory, and only a stopped agent removes them at once (a killed one's wait for an adopter
+    first). A failed actor is not asked again: it is dead or its code has failed."""
+    held = tuple(
+        n for n, a in state.actors.items() if not a.stage.is_terminal or a.stage is ActorStage.FINISH
+    )
     return (StopActors(held), Cleanup())
