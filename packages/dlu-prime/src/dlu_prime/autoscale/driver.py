@@ -11,6 +11,7 @@ meanwhile (`BrainPort.mode` says which).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -67,6 +68,7 @@ class Autoscaler:
         self._metrics = metrics
         self.queue_poll = poll
         self.stats = JobStatistics(clock())
+        self._lock = threading.Lock()  # the statistics: fed by the loop, read by `status` callers
         self.brain = brain  # None: made from the spec at the first pass
         self._started = False
         self._finished = False
@@ -86,28 +88,40 @@ class Autoscaler:
     def after_pass(self, observations: Mapping[str, ActorObservation], now: float) -> None:
         """Feed the pass's statistics; in an auto-scaled job, let the core decide."""
         state = self._port.state()
-        self.stats.observe(state, observations, now)
+        with self._lock:
+            self.stats.observe(state, observations, now)
         if state.channels and now >= self._next_queue_poll:
             self._next_queue_poll = now + QUEUE_POLL_S
-            self.stats.observe_queues(state, self.queue_poll(state.channels), now)
+            views = self.queue_poll(state.channels)  # Ray calls: outside the lock
+            with self._lock:
+                self.stats.observe_queues(state, views, now)
         metrics = self._metrics()
         if metrics is not None and now >= self._next_metrics:
             self._next_metrics = now + METRICS_S
-            metrics.observe_statistics(self.stats.meter.summary(), self.stats.usage(), self.stats.backlogs)
+            with self._lock:
+                speeds, usage, backlogs = (
+                    self.stats.meter.summary(),
+                    self.stats.usage(),
+                    dict(self.stats.backlogs),
+                )
+            metrics.observe_statistics(speeds, usage, backlogs)
         if not state.spec.autoscale.on or state.stage is not JobStage.RUNNING:
             return
         brain = self._brain(state)
         if now >= self._next_report:
             self._next_report = now + REPORT_S
-            brain.report(self.stats.take_samples(now))
+            with self._lock:
+                samples = self.stats.take_samples(now)
+            brain.report(samples)
         self._ended(state, brain)
         self._fetch_plans(brain, now)
-        views = tuple(
-            replace(v, failed=frozenset(self._failed.get(v.role, ()))) for v in self.stats.views(state, now)
-        )
+        with self._lock:
+            seen = self.stats.views(state, now)
+            quiet = self.stats.quiet_for(now)
+        views = tuple(replace(v, failed=frozenset(self._failed.get(v.role, ()))) for v in seen)
         up = brain.mode is BrainMode.CLUSTER
         plans = tuple(self._plans.values())
-        reply = self._handle(AutoscaleObserved(views, self.stats.quiet_for(now), plans, brain_up=up))
+        reply = self._handle(AutoscaleObserved(views, quiet, plans, brain_up=up))
         if isinstance(reply, Outcome):
             self._decided(state, brain, reply, now)
 
@@ -122,13 +136,16 @@ class Autoscaler:
             return
         self._finished = True
         ok = state.exit_code == 0
-        self.brain.report(self.stats.take_samples(state.updated_at))
+        with self._lock:
+            samples = self.stats.take_samples(state.updated_at)
+        self.brain.report(samples)
         self.brain.job_finished("succeeded" if ok else "failed")
         self.brain.close()
 
     def status(self, status: JobStatus) -> JobStatus:
         """`status` with the statistics: speed per size, actors' CPU and memory, backlogs."""
-        shown = with_statistics(status, self.stats.meter, self.stats.usage(), self.stats.backlogs)
+        with self._lock:  # `status` is asked on other threads while a pass feeds the statistics
+            shown = with_statistics(status, self.stats.meter, self.stats.usage(), self.stats.backlogs)
         mode = self._port.state().spec.autoscale.mode
         if mode is AutoscaleMode.OFF:
             return shown

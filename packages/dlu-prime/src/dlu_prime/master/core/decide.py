@@ -3,10 +3,10 @@
 Every decision of the PrimeManager is made here, from the recorded state and one event: the
 tier of a failure and its escalation, whether an effect joins a fault in flight, setup
 retries, an elastic node loss, growth and resize (`dlu scale`), auto-scaling (`autoscale_pass`),
-the stall notice, limits, stop conditions. It calls the pure policies (`failover`, `monitor`, `tiers`, `elastic_policy`,
-`resize`, `stall`)
-and returns the changes to save and the commands to run; it does no I/O, takes no lock and
-never changes `state` (the PrimeManager applies the changes).
+the stall notice, limits, stop conditions. It calls the pure policies (`failover`, `monitor`,
+`tiers`, `elastic_policy`, `resize`, `stall`, `autoscale.policy`) and returns the changes to
+save and the commands to run; it does no I/O, takes no lock and never changes `state` (the
+PrimeManager applies the changes).
 """
 
 from __future__ import annotations
