@@ -135,7 +135,19 @@ class RequestOutcome(BaseModel):
     actors: list[str] = Field(default_factory=list[str])
     failed: bool = False
     message: str = ""
+    verdict: str = Field(default="", description="An in-place report's verdict (action `inplace_restart`).")
+    counted: bool = Field(default=False, description="Whether that in-place report was counted.")
+    pending: bool = Field(
+        default=False,
+        description="A mark-unhealthy no monitoring pass has judged yet: a rebuilt PrimeMaster judges it.",
+    )
 
+
+MARK_ACTION = "mark_unhealthy"
+"""A `RequestOutcome`'s action for `dlu debug mark-unhealthy` (pending until a pass judged it)."""
+
+INPLACE_ACTION = "inplace_restart"
+"""A `RequestOutcome`'s action for a rank's in-place report (its id is the SubMaster's)."""
 
 MAX_REQUESTS = 32
 """Request outcomes kept (the oldest go first): a retry comes within seconds of its request."""
