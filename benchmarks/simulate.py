@@ -43,17 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.scale:
         worst = 0.0
-        for cpu in (False, True):
-            times = sorted(pass_times(nodes=2048, ranks=8, passes=40, cpu=cpu))
+        for cpu, decision in ((False, False), (True, False), (True, True)):
+            times = sorted(pass_times(nodes=2048, ranks=8, passes=40, cpu=cpu, decision=decision))
             p50 = statistics.median(times) * 1000
             p99 = times[max(0, int(len(times) * 0.99) - 1)] * 1000
-            worst = max(worst, p99 if cpu else 0.0)
-            what = "CPU" if cpu else "wall"
+            worst = max(worst, p99 if decision else 0.0)
+            what = "decision CPU (less its I/O)" if decision else "CPU" if cpu else "wall"
             print(
                 f"2048 nodes x 8 ranks: monitoring pass {what} p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(times)} passes)"
             )
         verdict = "within" if worst <= SCALE_BUDGET_P99_MS else "OVER"
-        print(f"CPU p99 {worst:.1f} ms: {verdict} the {SCALE_BUDGET_P99_MS:g} ms budget")
+        print(f"decision p99 {worst:.1f} ms: {verdict} the {SCALE_BUDGET_P99_MS:g} ms budget")
         return 0 if worst <= SCALE_BUDGET_P99_MS else 1
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     started = time.perf_counter()
