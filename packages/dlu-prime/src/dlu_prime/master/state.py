@@ -153,6 +153,15 @@ MAX_REQUESTS = 32
 """Request outcomes kept (the oldest go first): a retry comes within seconds of its request."""
 
 
+def remove_actor(state: JobState, name: str) -> None:
+    """An actor leaves the job (a resize removed it): a mark still pending on it goes with it,
+    so a rebuilt PrimeMaster never judges it on a later actor of the same name."""
+    state.actors.pop(name, None)
+    for outcome in state.requests.values():
+        if outcome.pending and name in outcome.actors:
+            outcome.pending = False
+
+
 def remember_request(state: JobState, request_id: str, outcome: RequestOutcome) -> None:
     """Keep a request's outcome by its id (the oldest beyond MAX_REQUESTS go)."""
     state.requests[request_id] = outcome
