@@ -47,7 +47,9 @@ def master(verdict: InPlaceVerdict) -> tuple[ElasticMaster, list[int], Server]:
     m._ranks = lambda: ["job.trainer.0", "job.trainer.1"]  # type: ignore[method-assign]
     told: list[int] = []
 
-    def judge(message: str, agent: str, error: str, recovered: bool = False) -> InPlaceDecision:
+    def judge(
+        message: str, agent: str, error: str, recovered: bool = False, report_id: str | None = None
+    ) -> InPlaceDecision:
         told.append(m._pending_action())
         if recovered:  # the PrimeMaster never answers RESTART for a round already left
             return InPlaceDecision(InPlaceVerdict.JOIN, "late", counted=True)

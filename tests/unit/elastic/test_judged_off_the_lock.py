@@ -38,7 +38,9 @@ class SlowPrime:
         self.release = threading.Event()
         self.asked_count = 0
 
-    def __call__(self, message: str, agent: str, error: str, recovered: bool = False) -> InPlaceDecision:
+    def __call__(
+        self, message: str, agent: str, error: str, recovered: bool = False, report_id: str | None = None
+    ) -> InPlaceDecision:
         self.asked_count += 1
         self.asked.set()
         assert self.release.wait(WAIT_S * 2), "the test never released the judgement"

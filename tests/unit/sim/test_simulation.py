@@ -67,6 +67,8 @@ def test_undoing_resume_numbering_is_found(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_monitoring_pass_at_scale_is_timed() -> None:
     times = pass_times(nodes=64, ranks=8, passes=12)
     assert len(times) == 12 and all(t > 0 for t in times)
+    decided = pass_times(nodes=64, ranks=8, passes=12, cpu=True, decision=True)  # less its I/O
+    assert len(decided) == 12 and all(t > 0 for t in decided)
 
 
 @pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine

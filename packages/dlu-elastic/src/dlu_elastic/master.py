@@ -379,7 +379,10 @@ class ElasticMaster(SubMaster):
                 # ranks stop theirs now, while the PrimeMaster judges, not once it has.
                 self._halted_round = report.round
                 self.server.wake_held()
-        decision = self._note_inplace_restart(message, report.agent, report.error, recovered=late)
+        # One id for every retry of this report: a PrimeMaster that saved its judgement and died
+        # before answering is asked again, and answers from what it saved (counted once).
+        report_id = f"inplace-{secrets.token_hex(8)}"
+        decision = self._note_inplace_restart(message, report.agent, report.error, late, report_id=report_id)
         with self._lock:
             if decision.verdict is InPlaceVerdict.STOP:
                 self.stopping = True  # ranks are told to stop; the PrimeMaster ends the job
@@ -428,7 +431,7 @@ class ElasticMaster(SubMaster):
         master.record_event.remote(EventKind.FAILOVER_DONE, message, self.role, Tier.IN_PLACE, took)
 
     def _note_inplace_restart(
-        self, message: str, agent: str, error: str, recovered: bool = False
+        self, message: str, agent: str, error: str, recovered: bool = False, report_id: str | None = None
     ) -> InPlaceDecision:
         """Ask the PrimeMaster to judge and count the restart. A PrimeMaster being rebuilt by
         Ray (killed mid-failover, tier 6) answers after its recovery: retried until
@@ -445,7 +448,9 @@ class ElasticMaster(SubMaster):
                 master = self._prime or ray.get_actor(master_name(self.job), namespace=NAMESPACE)
                 self._prime = master
                 decision: Any = ray.get(
-                    master.note_inplace_restart.remote(self.role, message, agent, error, recovered),
+                    master.note_inplace_restart.remote(
+                        self.role, message, agent, error, recovered, report_id
+                    ),
                     timeout=30,
                 )
                 assert isinstance(decision, InPlaceDecision)

@@ -169,9 +169,15 @@ class PrimeMaster:
         self.manager.wake()
 
     def note_inplace_restart(
-        self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False
+        self,
+        role: str,
+        message: str,
+        agent: str | None = None,
+        error: str = "",
+        recovered: bool = False,
+        report_id: str | None = None,
     ) -> InPlaceDecision:
-        return self.manager.note_inplace_restart(role, message, agent, error, recovered)
+        return self.manager.note_inplace_restart(role, message, agent, error, recovered, report_id)
 
     # debugging (the health seed's endpoints) ---------------------------------------------------
     def debug(

@@ -92,6 +92,7 @@ class FailoverBegan:
 
     recovery: Recovery
     escalated: bool = False
+    widens: tuple[str, ...] = ()  # a waiting role failover's actors, recovered with it (uncounted)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class InPlaceJudged:
     agent: str | None
     message: str
     decision: InPlaceDecision
+    report_id: str | None = None  # remembered with the decision: a retry is answered from it
 
 
 @dataclass(frozen=True)

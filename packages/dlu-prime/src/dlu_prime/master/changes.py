@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlu_api.status import JobEvent
-from dlu_api.vocabulary import ActorStage, EventKind, InPlaceVerdict, Tier
+from dlu_api.vocabulary import ActorStage, EventKind, FailureKind, InPlaceVerdict, Tier
 from dlu_prime.master.change_types import (
     ActorsClosed,
     ActorsPlaced,
@@ -50,7 +50,16 @@ from dlu_prime.master.resize import (
     started_without,
     target_set,
 )
-from dlu_prime.master.state import ChannelRecord, FailoverRecord, JobState, close_actors
+from dlu_prime.master.state import (
+    INPLACE_ACTION,
+    MARK_ACTION,
+    ChannelRecord,
+    FailoverRecord,
+    JobState,
+    RequestOutcome,
+    close_actors,
+    remember_request,
+)
 from dlu_prime.master.tiers import charge
 
 # The change types live in `change_types`; callers import them from here, with `apply_change`.
@@ -146,8 +155,8 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             state.node_failures = dict(counts) or state.node_failures
             for text in notes:
                 note(Note(EventKind.NODE_LIMIT, text))
-        case FailoverBegan(recovery=recovery, escalated=escalated):
-            _began(state, recovery, escalated, now, note)
+        case FailoverBegan(recovery=recovery, escalated=escalated, widens=widens):
+            _began(state, recovery, escalated, now, note, widens)
         case FailoverEnded(record=record, error=error):
             state.failover = None
             what = f"{record.tier.value} failover"
@@ -254,6 +263,10 @@ def _observed(state: JobState, result: Assessment, note: _NoteFn) -> None:
         state.actors[name].stage = stage
     for name, seen in result.errors_seen.items():
         state.actors[name].errors_seen = seen
+    reported = {f.actor for f in result.failures if f.kind == FailureKind.ERROR_REPORT}
+    for outcome in state.requests.values() if reported else ():
+        if outcome.pending and outcome.action == MARK_ACTION and reported & set(outcome.actors):
+            outcome.pending = False  # judged by this pass (saved with the recovery it begins)
     for failure in result.failures:
         record = state.actors[failure.actor]
         record.total_failures += 1
@@ -272,13 +285,15 @@ def _observed(state: JobState, result: Assessment, note: _NoteFn) -> None:
             note(Note(EventKind.ROLE_FINISHED, "every actor finished", role=role))
 
 
-def _began(state: JobState, recovery: Recovery, escalated: bool, now: float, note: _NoteFn) -> None:
+def _began(
+    state: JobState, recovery: Recovery, escalated: bool, now: float, note: _NoteFn, widens: tuple[str, ...]
+) -> None:
     if not recovery.joined:
-        count(state, recovery)
+        count(state, recovery)  # what `widens` adds was counted when its own failover began
     state.failover = FailoverRecord(
         tier=recovery.tier,
         role=recovery.role,
-        actors=list(recovery.actors),
+        actors=[*recovery.actors, *widens],
         reason=recovery.reason,
         started_at=now,
         culprit=recovery.culprit,
@@ -293,11 +308,23 @@ def _began(state: JobState, recovery: Recovery, escalated: bool, now: float, not
         else EventKind.FAILOVER_STARTED
     )
     message = f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}"
+    if widens:
+        message += f" (with {', '.join(widens)}, whose role failover waited for it)"
     note(Note(kind, message, recovery.role, recovery.culprit, recovery.node_id, recovery.tier))
 
 
 def _inplace(state: JobState, change: InPlaceJudged, note: _NoteFn) -> None:
     role, agent, decision = change.role, change.agent, change.decision
+    if change.report_id is not None:  # saved with the count: a retry is answered, not counted
+        outcome = RequestOutcome(
+            action=INPLACE_ACTION,
+            role=role,
+            actors=[agent] if agent else [],
+            message=decision.reason,
+            verdict=str(decision.verdict),
+            counted=decision.counted,
+        )
+        remember_request(state, change.report_id, outcome)
     record = state.actors.get(agent or "")
     node = record.node_id if record is not None else None
     if decision.verdict is not InPlaceVerdict.STOP and decision.counted:

@@ -13,6 +13,7 @@ from dlu_api.vocabulary import EventKind
 from dlu_prime.extension import Extension
 from dlu_prime.master.changes import Change, Note
 from dlu_prime.master.core.events import Event, MasterRebuilt
+from dlu_prime.master.debug import DebugTools
 from dlu_prime.master.lifecycle import (
     EXIT_FAILED,
     FencedError,
@@ -34,6 +35,7 @@ class Built(Protocol):
     """What construction needs of the manager it builds."""
 
     state: JobState
+    debug: DebugTools
 
     def apply(self, *changes: Change) -> None: ...
     def handle(self, event: Event) -> Any: ...
@@ -119,6 +121,7 @@ def self_recover(
     manager = cls(JobState.loads(stored.data), scheduler, store, stored.token, clock, extension)
     try:
         manager.handle(MasterRebuilt())
+        manager.debug.reinject_pending()  # marks saved that the dead PrimeMaster's pass never judged
     except (FencedError, IllegalTransition):
         raise
     except Exception as exc:

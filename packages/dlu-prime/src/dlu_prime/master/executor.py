@@ -123,7 +123,10 @@ class Executor:
                     s.start(list(names))
                 return None
             case SubMasterFailover(sub=sub, actors=actors, reason=reason):
-                return s.call(sub, "failover", list(actors), reason, timeout_s=self.sub_master_timeout_s)
+                # through the set-up incarnation only: a dead one is `SubMasterAway` (it waits)
+                return self._call_sub(
+                    sub, "failover", list(actors), reason, timeout_s=self.sub_master_timeout_s
+                )
             case RecoverSubMasters(names=names):
                 for name in names:
                     s.call(name, "recover_running")

@@ -64,7 +64,7 @@ class DecisionLoop:
     def _decide(self, event: Event) -> Decision:
         """One decision and the ones that follow at once from the state it leaves, applied."""
         port = self._port
-        with port.lock:
+        with port.lock, port.atomic():  # the decision and its follows: saved in one write
             decision = decide(port.state(), event, self._clock())
             if decision.changes:
                 port.apply(*decision.changes)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dlu_api.spec.models import JobSpec
@@ -110,7 +111,8 @@ class PrimeManager:
         self.writer = StateWriter(store, token, self._record_unsaved, self.wake)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
         self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
-        port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake)
+        self._batch: list[tuple[Change, list[JobEvent]]] | None = None  # applied, saved at the end
+        port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake, self.atomic)
         self.monitoring = Monitoring(
             port, scheduler, clock, self.handle, lambda: self.extension is not None, lambda: self.metrics
         )
@@ -203,13 +205,37 @@ class PrimeManager:
         with self.lock:
             now = self.clock()
             applied = [(change, apply_change(self.state, change, now)) for change in changes]
+            if self._batch is not None:
+                self._batch.extend(applied)  # saved with the rest of the batch (`atomic`)
+                return
             self.save()
-            for change, events in applied:
-                for hook in self.hooks:
-                    try:
-                        hook(self, change, events)
-                    except Exception:
-                        logger.exception("job %s: a state-change hook failed", self.state.job)
+            self._react(applied)
+
+    @contextmanager
+    def atomic(self) -> Generator[None]:
+        """Every change applied inside is saved in one write at the end: a decision and the ones
+        that follow from it at once (a pass's failure and the recovery it begins) are stored
+        together, so a PrimeMaster that dies between them loses neither (nested: the outer)."""
+        with self.lock:
+            if self._batch is not None:
+                yield
+                return
+            self._batch = []
+            try:
+                yield
+            finally:
+                applied, self._batch = self._batch, None
+                if applied:
+                    self.save()
+                    self._react(applied)
+
+    def _react(self, applied: list[tuple[Change, list[JobEvent]]]) -> None:
+        for change, events in applied:
+            for hook in self.hooks:
+                try:
+                    hook(self, change, events)
+                except Exception:
+                    logger.exception("job %s: a state-change hook failed", self.state.job)
 
     # persistence -------------------------------------------------------------------------------
     @property
@@ -284,12 +310,20 @@ class PrimeManager:
         self.handle(RestartRequested(tuple(names), reason))
 
     def note_inplace_restart(
-        self, role: str, message: str, agent: str | None = None, error: str = "", recovered: bool = False
+        self,
+        role: str,
+        message: str,
+        agent: str | None = None,
+        error: str = "",
+        recovered: bool = False,
+        report_id: str | None = None,
     ) -> InPlaceDecision:
         """A SubMaster's rank `agent` failed its training process: its own fault (tier 1,
         counted), the effect of a peer's fault being handled (joined), or over the limit (the
-        job stops). See `failover.judge_inplace`."""
-        decision: InPlaceDecision = self.handle(InPlaceReported(role, agent, message, error, recovered))
+        job stops). See `failover.judge_inplace`. A `report_id` judged before is answered from
+        its saved decision (the SubMaster's retry), never counted twice."""
+        report = InPlaceReported(role, agent, message, error, recovered, report_id)
+        decision: InPlaceDecision = self.handle(report)
         return decision
 
     def request_scale(

@@ -61,6 +61,8 @@ class Monitoring:
         result = assess(self._port.state(), observations, now, live.steps, live.unavailable, live.beats)
         with self._lock:
             injected, self._injected = self._injected, []
+        actors = self._port.state().actors
+        injected = [f for f in injected if f.actor in actors]  # not one a resize removed meanwhile
         return replace(result, failures=(*result.failures, *injected)) if injected else result
 
     def once(self) -> Assessment:

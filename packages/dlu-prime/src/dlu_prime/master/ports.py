@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from dlu_prime.master.changes import Change
@@ -23,6 +24,7 @@ class StatePort:
     apply: Callable[..., None]
     save: Callable[[], None]
     wake: Callable[[], None]
+    atomic: Callable[[], AbstractContextManager[None]] = nullcontext  # applies inside: one save
 
     def change(self, *changes: Change) -> None:
         self.apply(*changes)

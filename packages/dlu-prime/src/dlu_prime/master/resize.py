@@ -28,6 +28,7 @@ from dlu_prime.master.state import (
     RequestOutcome,
     ResizeRecord,
     remember_request,
+    remove_actor,
     role_size,
 )
 from dlu_prime.naming import actor_name
@@ -106,7 +107,7 @@ def fell_below_min(state: JobState, change: FellBelowMin) -> list[EventSpec]:
 
 def started_without(state: JobState, change: StartedWithout) -> list[EventSpec]:
     for name in change.names:
-        state.actors.pop(name, None)
+        remove_actor(state, name)
     return [(EventKind.ELASTIC_START, change.message, None)]
 
 
@@ -251,7 +252,7 @@ def resize_ended(state: JobState, change: ResizeEnded, now: float) -> list[Event
     state.resize = None
     gone: Sequence[str] = record.removed if change.error is None else [*record.added, *record.removed]
     for name in gone:
-        state.actors.pop(name, None)
+        remove_actor(state, name)
     took = now - record.started_at
     if record.nodes is not None:
         state.roles[record.role].last_resize_at = now

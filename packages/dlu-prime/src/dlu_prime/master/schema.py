@@ -22,7 +22,10 @@ History:
   5: idempotent requests and resumable resizes: the job's `requests` (request id -> what it
      came to), a resize's `request_id` and `checked` (ranks whose node check passed), a role's
      `target_nodes` and `last_resize_at`. Version-4 documents written late may carry them
-     already (they were added inside 4); the step fills what is missing.
+     already (they were added inside 4); the step fills what is missing. Added inside 5 before
+     its release, each with its default (so a document without them reads as before): a
+     request outcome's `verdict` and `counted` (an in-place report judged by its id) and
+     `pending` (a mark-unhealthy no pass has judged yet).
 """
 
 from __future__ import annotations

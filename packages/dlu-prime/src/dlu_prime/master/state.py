@@ -135,10 +135,31 @@ class RequestOutcome(BaseModel):
     actors: list[str] = Field(default_factory=list[str])
     failed: bool = False
     message: str = ""
+    verdict: str = Field(default="", description="An in-place report's verdict (action `inplace_restart`).")
+    counted: bool = Field(default=False, description="Whether that in-place report was counted.")
+    pending: bool = Field(
+        default=False,
+        description="A mark-unhealthy no monitoring pass has judged yet: a rebuilt PrimeMaster judges it.",
+    )
 
+
+MARK_ACTION = "mark_unhealthy"
+"""A `RequestOutcome`'s action for `dlu debug mark-unhealthy` (pending until a pass judged it)."""
+
+INPLACE_ACTION = "inplace_restart"
+"""A `RequestOutcome`'s action for a rank's in-place report (its id is the SubMaster's)."""
 
 MAX_REQUESTS = 32
 """Request outcomes kept (the oldest go first): a retry comes within seconds of its request."""
+
+
+def remove_actor(state: JobState, name: str) -> None:
+    """An actor leaves the job (a resize removed it): a mark still pending on it goes with it,
+    so a rebuilt PrimeMaster never judges it on a later actor of the same name."""
+    state.actors.pop(name, None)
+    for outcome in state.requests.values():
+        if outcome.pending and name in outcome.actors:
+            outcome.pending = False
 
 
 def remember_request(state: JobState, request_id: str, outcome: RequestOutcome) -> None:

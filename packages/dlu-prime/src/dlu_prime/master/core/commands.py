@@ -27,6 +27,7 @@ class InPlaceReport:
     message: str
     error: str = ""
     recovered: bool = False
+    report_id: str | None = None  # the same on every retry: judged and counted once
 
 
 class Purpose(StrEnum):

@@ -32,6 +32,7 @@ from dlu_prime.master.core.commands import (
     StartActors,
     SubMasterFailover,
     Then,
+    Wake,
 )
 from dlu_prime.master.core.decision import Decision, stage_change, stopping
 from dlu_prime.master.core.events import CarryOn, Done, RecoveryFailed
@@ -39,14 +40,27 @@ from dlu_prime.master.core.setup_retry import retry_setup
 from dlu_prime.master.failover import Recovery, job_restart
 from dlu_prime.master.lifecycle import EXIT_FAILED, start_targets
 from dlu_prime.master.monitor import Failure
+from dlu_prime.master.resize_plan import SubMasterAway
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord, JobState
 from dlu_prime.master.tiers import escalation
 
 
 def begin(state: JobState, recovery: Recovery, then: Then, escalated: bool = False) -> Decision:
-    """Count and save the recovery in flight, then its first step."""
-    first = _first_step(state, recovery.tier, recovery.role, recovery.actors, recovery.reason, then)
-    return Decision((FailoverBegan(recovery, escalated),)).then(first)
+    """Count and save the recovery in flight, then its first step. A role failover waiting for
+    its dead SubMaster (`after`) is taken into that SubMaster's recovery: one action recovers
+    both, each fault counted once on its own culprit."""
+    waiting = state.failover
+    widens: tuple[str, ...] = ()
+    if (
+        waiting is not None
+        and waiting.tier is Tier.ROLE
+        and recovery.tier is Tier.SUB_MASTER
+        and waiting.role == recovery.role
+    ):
+        widens = tuple(n for n in waiting.actors if n not in recovery.actors)
+    actors = (*recovery.actors, *widens)
+    first = _first_step(state, recovery.tier, recovery.role, actors, recovery.reason, then)
+    return Decision((FailoverBegan(recovery, escalated, widens),)).then(first)
 
 
 def resume(state: JobState) -> Decision:
@@ -100,6 +114,13 @@ def after(state: JobState, done: Done) -> Decision:
             return retry
         if retry is not None and retry.error is not None:
             return _ended(record, f"{type(retry.error).__name__}: {retry.error}", then)
+    if isinstance(command, SubMasterFailover) and isinstance(done.error, SubMasterAway):
+        # Its SubMaster died (with a node, or on its own): not this failover's failure. It waits,
+        # saved in flight; the pass judges the SubMaster's death, and its recovery takes this
+        # one's ranks with it (`begin`).
+        return Decision(
+            (), (Wake(),), log=(f"{record.tier.value} failover of {record.role} waits: {done.error}",)
+        )
     if done.error is not None:
         return _ended(record, done.error_text, then)
     match command:
@@ -109,7 +130,8 @@ def after(state: JobState, done: Done) -> Decision:
                 wait = state.spec.health.heartbeat_timeout_s
                 return Decision((placed,), (RunChecks((), Purpose.FAILOVER, then=then, wait_s=wait),))
             if record.tier is Tier.SUB_MASTER:
-                return Decision((placed,), (RecoverSubMasters(command.names, then),))
+                subs = tuple(n for n in command.names if state.actors[n].rank == SUB_MASTER_RANK)
+                return Decision((placed,), (RecoverSubMasters(subs, then),))
             return Decision((placed,), (StartActors(command.names, Purpose.FAILOVER, then),))
         case RunChecks():
             ready = stage_change(state, JobStage.READY, "every actor restarted and passed its self check")
@@ -117,6 +139,11 @@ def after(state: JobState, done: Done) -> Decision:
             return Decision(
                 (ready, running), (StartActors(tuple(start_targets(state)), Purpose.FAILOVER, then),)
             )
+        case RecoverSubMasters():
+            ranks = tuple(n for n in record.actors if state.actors[n].rank != SUB_MASTER_RANK)
+            if ranks:  # a role failover it took with it: its replaced ranks start now
+                return Decision((), (StartActors(ranks, Purpose.FAILOVER, then),))
+            return _ended(record, None, then)
         case _:
             return _ended(record, None, then)
 

@@ -9,7 +9,7 @@ from dlu_prime.master.change_types import FailuresCounted, NodesRemoved, Observe
 from dlu_prime.master.core.commands import FindDeadNodes, RelaunchNodes, Then
 from dlu_prime.master.core.decision import Decision, stopping
 from dlu_prime.master.core.events import Done, PassApplied, PassObserved
-from dlu_prime.master.core.failover_chain import carry_on
+from dlu_prime.master.core.failover_chain import carry_on, resume
 from dlu_prime.master.failover import plan_failover
 from dlu_prime.master.lifecycle import EXIT_FAILED, EXIT_OK
 from dlu_prime.master.monitor import Failure
@@ -40,6 +40,8 @@ def applied(state: JobState, event: PassApplied) -> Decision:
     if result.all_drivers_finished:
         drivers = ", ".join(r.name for r in state.spec.roles if r.is_driver)
         return stopping(state, EXIT_OK, f"every driver role finished ({drivers})")
+    if state.failover is not None:  # one that waited for its SubMaster: tried again
+        return resume(state)
     return Decision()
 
 

@@ -4,7 +4,7 @@ report of a failed training process (judged by cause: `failover.judge_inplace`).
 
 from __future__ import annotations
 
-from dlu_api.vocabulary import ActorStage, EventKind, InPlaceVerdict
+from dlu_api.vocabulary import ActorStage, EventKind, InPlaceDecision, InPlaceVerdict
 from dlu_prime.master.change_types import ActorsPlaced, ActorsRestarting, InPlaceJudged, Note
 from dlu_prime.master.core.commands import AskStop, Command, FindDeadPeers, Purpose, ReplaceActors, Wake
 from dlu_prime.master.core.decision import Decision
@@ -12,7 +12,7 @@ from dlu_prime.master.core.events import Done, InPlaceReported, RestartRequested
 from dlu_prime.master.failover import judge_inplace, role_limit_reached
 from dlu_prime.master.lifecycle import RestartLimitError
 from dlu_prime.master.resize import resizing
-from dlu_prime.master.state import SUB_MASTER_RANK, JobState
+from dlu_prime.master.state import INPLACE_ACTION, SUB_MASTER_RANK, JobState
 
 
 def restart_requested(state: JobState, event: RestartRequested) -> Decision:
@@ -44,7 +44,13 @@ def replaced(done: Done) -> Decision:
 
 def inplace_reported(state: JobState, event: InPlaceReported) -> Decision:
     """First the view the judgement needs: which of the rank's peers are dead. A resize in
-    flight already handles its leaving actors: they are not polled."""
+    flight already handles its leaving actors: they are not polled. A report judged before
+    (the SubMaster asks again a rebuilt PrimeMaster that saved its judgement and died before
+    answering) is answered from what it came to: counted once."""
+    seen = state.requests.get(event.report_id) if event.report_id is not None else None
+    if seen is not None and seen.action == INPLACE_ACTION:
+        verdict = InPlaceVerdict(seen.verdict)
+        return Decision(reply=InPlaceDecision(verdict, seen.message, seen.counted))
     leaving = resizing(state)
     peers = {
         n: a.node_id
@@ -70,5 +76,7 @@ def inplace_judged(state: JobState, done: Done, command: FindDeadPeers) -> Decis
     elif dead:
         commands.append(Wake())  # the dead peer's failover starts at once
     return Decision(
-        (InPlaceJudged(report.role, report.agent, report.message, decision),), tuple(commands), decision
+        (InPlaceJudged(report.role, report.agent, report.message, decision, report.report_id),),
+        tuple(commands),
+        decision,
     )

@@ -83,9 +83,15 @@ def restart_actors(manager: PrimeManager, names: list[str], reason: str) -> None
 
 
 def note_inplace_restart(
-    manager: PrimeManager, role: str, message: str, agent: str, error: str, recovered: bool = False
+    manager: PrimeManager,
+    role: str,
+    message: str,
+    agent: str,
+    error: str,
+    recovered: bool = False,
+    report_id: str | None = None,
 ) -> InPlaceDecision:
-    return manager.note_inplace_restart(role, message, agent, error, recovered)
+    return manager.note_inplace_restart(role, message, agent, error, recovered, report_id)
 
 
 def scale(manager: PrimeManager, role: str, size: int, request_id: str) -> str:
