@@ -48,15 +48,12 @@ def uv_bin() -> str:
 
 
 def ray_init_kwargs(tmp_root: str) -> dict[str, object]:
-    """Options for a private local Ray: loopback only, no dashboard, logical GPUs."""
+    """Options for a private local Ray beside `init_local`'s (loopback only, no dashboard):
+    logical GPUs, and the workers' output forwarded to the tests."""
     return {
-        "address": "local",
-        "namespace": "dlu",
-        "include_dashboard": False,
         "num_cpus": 8,
         "num_gpus": 8,
         "object_store_memory": 200 * 1024**2,
-        "_node_ip_address": "127.0.0.1",
         "_temp_dir": tmp_root,
         "log_to_driver": True,
     }
@@ -71,12 +68,13 @@ def ray_session():  # type: ignore[no-untyped-def]
 
     tmp_root = tempfile.mkdtemp(prefix="dlu-ray-", dir="/tmp")
     os.environ["RAY_TMPDIR"] = tmp_root
-    from dlu_prime.ray_env import pin_loopback
+    from dlu_prime.ray_env import init_local
 
     if ray.is_initialized():
         ray.shutdown()
-    with pin_loopback():
-        ray.init(**ray_init_kwargs(tmp_root))  # type: ignore[arg-type]
+    # the embedded Ray `dlu run` starts (a lean head whose raylet forks its workers from a Ray
+    # zygote: an actor starts in a fraction of a second instead of importing Ray and DLU anew)
+    init_local(**ray_init_kwargs(tmp_root))
     yield ray
     ray.shutdown()
     shutil.rmtree(tmp_root, ignore_errors=True)

@@ -22,7 +22,7 @@ import pytest_timeout  # pyright: ignore[reportMissingTypeStubs]
 BACKSTOP_S = 120.0
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without pytest-timeout
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     """Arm SIGALRM and the backstop thread; leave other methods (and threads) to pytest-timeout."""
     if settings.method != "signal" or threading.current_thread() is not threading.main_thread():

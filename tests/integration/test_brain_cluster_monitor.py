@@ -39,9 +39,11 @@ def test_monitor_records_the_cluster_and_raises_idle_resources(ray_session: Any,
             def ready(self) -> bool:
                 return True
 
+        # free now, not at the first sample: an earlier test's actors may have been ending then
+        free = sample_ray().available.get("CPU", 0.0)
         holder = Holder.remote()
         ray.get(holder.ready.remote(), timeout=60)
-        while sample_ray().available.get("CPU", 0.0) > first["available"]["CPU"] - 2 + 1e-6:
+        while sample_ray().available.get("CPU", 0.0) > free - 2 + 1e-6:
             assert time.monotonic() < deadline + 30
             time.sleep(0.1)
         ray.kill(holder)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,65 @@ def stage_path(status: JobStatus) -> list[str]:
     return [e.message.split(":")[0] for e in status.events if e.kind == "stage"]
 
 
-def test_success_walks_every_stage_and_leaves_nothing(ray_session: Any) -> None:
-    status = run(make_spec("life-ok", role("worker", "workloads:quick", total=3)))
+@pytest.fixture(scope="module")
+def side_by_side(ray_session: Any) -> dict[str, JobStatus]:
+    """The jobs whose tests look only at their outcome and at what they left, run side by side
+    (each its own job, as before): a job's time is mostly waits (actors placed, stages polled,
+    three job-level restarts of a failing one), which the others fill. Their tests follow."""
+    specs = {
+        "ok": [make_spec("life-ok", role("worker", "workloads:quick", total=3))],
+        "fail": [make_spec("life-fail", role("worker", "workloads:fail", total=2))],
+        "exit": [make_spec("life-exit", role("worker", "workloads:exit_nonzero"))],
+        "service": [
+            make_spec(
+                "life-service",
+                role("trainer", "workloads:quick"),
+                role("server", "workloads:forever", total=2, is_driver=False),
+            )
+        ],
+        "setup": [make_spec("life-setup", role("worker", "workloads:no_such_function"))],
+        # one after the other: the second run of a name over the first one's finished state
+        "again": [
+            make_spec("life-again", role("worker", "workloads:quick")),
+            make_spec("life-again", role("worker", "workloads:fail")),
+        ],
+        "custom": [
+            make_spec(
+                "life-custom",
+                role(
+                    "crew",
+                    "workloads:quick",
+                    total=3,
+                    kind="custom",
+                    sub_master="workloads:ReverseStartSubMaster",
+                ),
+            )
+        ],
+        "badsub": [
+            make_spec(
+                "life-badsub",
+                role("crew", "workloads:quick", kind="custom", sub_master="workloads:NotASubMaster"),
+            )
+        ],
+    }
+
+    def in_turn(jobs: list[JobSpec]) -> list[JobStatus]:
+        return [run(spec) for spec in jobs]
+
+    # four at a time: a PrimeMaster takes 1 of the session Ray's 8 CPUs
+    with ThreadPoolExecutor(4) as pool:
+        longest_first = ("fail", "again", "exit", "custom", "badsub", "setup", "service", "ok")
+        assert sorted(longest_first) == sorted(specs)
+        running = {key: pool.submit(in_turn, specs[key]) for key in longest_first}
+        done = {key: future.result() for key, future in running.items()}
+    finals = {key: statuses[-1] for key, statuses in done.items()}
+    finals["again-first"] = done["again"][0]
+    return finals
+
+
+@pytest.mark.timeout(300)  # its setup runs the module's eight jobs, each of which had 120 s
+def test_success_walks_every_stage_and_leaves_nothing(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["ok"]
     assert status.stage is JobStage.STOPPED
     assert status.exit_code == 0, status.reason
     assert "worker" in status.reason
@@ -76,34 +134,29 @@ def test_success_walks_every_stage_and_leaves_nothing(ray_session: Any) -> None:
     assert_nothing_left("life-ok")
 
 
-def test_failed_driver_reports_traceback_and_leaves_nothing(ray_session: Any) -> None:
-    status = run(make_spec("life-fail", role("worker", "workloads:fail", total=2)))
+def test_failed_driver_reports_traceback_and_leaves_nothing(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["fail"]
     assert status.exit_code == 1
     assert "boom from the test workload" in status.reason
     assert "Traceback" in status.reason
     assert_nothing_left("life-fail")
 
 
-def test_nonzero_sys_exit_is_a_failure(ray_session: Any) -> None:
-    status = run(make_spec("life-exit", role("worker", "workloads:exit_nonzero")))
+def test_nonzero_sys_exit_is_a_failure(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["exit"]
     assert status.exit_code == 1
     assert "exited with code 3" in status.reason
 
 
-def test_job_ends_when_driver_finishes_and_stops_services(ray_session: Any) -> None:
-    spec = make_spec(
-        "life-service",
-        role("trainer", "workloads:quick"),
-        role("server", "workloads:forever", total=2, is_driver=False),
-    )
-    status = run(spec)
+def test_job_ends_when_driver_finishes_and_stops_services(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["service"]
     assert status.exit_code == 0, status.reason
     assert "trainer" in status.reason
     assert_nothing_left("life-service")
 
 
-def test_missing_attribute_fails_self_check_and_stops(ray_session: Any) -> None:
-    status = run(make_spec("life-setup", role("worker", "workloads:no_such_function")))
+def test_missing_attribute_fails_self_check_and_stops(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["setup"]
     assert status.stage is JobStage.STOPPED  # never stuck in INIT or READY
     assert status.exit_code == 1
     assert "self check" in status.reason and "no_such_function" in status.reason
@@ -144,9 +197,8 @@ def test_two_jobs_run_side_by_side(ray_session: Any) -> None:
         assert_nothing_left(spec.name)
 
 
-def test_resubmitted_job_does_not_reuse_finished_state(ray_session: Any) -> None:
-    first = run(make_spec("life-again", role("worker", "workloads:quick")))
-    second = run(make_spec("life-again", role("worker", "workloads:fail")))
+def test_resubmitted_job_does_not_reuse_finished_state(side_by_side: dict[str, JobStatus]) -> None:
+    first, second = side_by_side["again-first"], side_by_side["again"]
     assert first.exit_code == 0
     assert second.exit_code == 1  # a stale "finished" state would have made this 0
     assert sum(1 for e in second.events if e.kind == "job_created") == 1
@@ -200,12 +252,8 @@ def test_gpu_demand_above_cluster_is_rejected(ray_session: Any) -> None:
     assert leftovers("life-gpus") == ([], [])
 
 
-def test_custom_role_is_driven_by_its_sub_master(ray_session: Any) -> None:
-    spec = make_spec(
-        "life-custom",
-        role("crew", "workloads:quick", total=3, kind="custom", sub_master="workloads:ReverseStartSubMaster"),
-    )
-    status = run(spec)
+def test_custom_role_is_driven_by_its_sub_master(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["custom"]
     assert status.exit_code == 0, status.reason
     actors = status.roles[0].actors
     assert [a.rank for a in actors] == [-1, 0, 1, 2]
@@ -214,11 +262,8 @@ def test_custom_role_is_driven_by_its_sub_master(ray_session: Any) -> None:
     assert_nothing_left("life-custom")
 
 
-def test_bad_sub_master_fails_the_self_check(ray_session: Any) -> None:
-    spec = make_spec(
-        "life-badsub", role("crew", "workloads:quick", kind="custom", sub_master="workloads:NotASubMaster")
-    )
-    status = run(spec)
+def test_bad_sub_master_fails_the_self_check(side_by_side: dict[str, JobStatus]) -> None:
+    status = side_by_side["badsub"]
     assert status.exit_code == 1
     assert "not a subclass of dlu_prime.SubMaster" in status.reason
     assert_nothing_left("life-badsub")
