@@ -43,17 +43,17 @@ def test_more_memory_means_a_group_of_its_own_and_an_older_size_is_removed(
 ) -> None:
     found, seen = scheduler
     base = found._by_name[NAME]  # pyright: ignore[reportPrivateUsage]
-    assert found._with_memory(base) == base  # pyright: ignore[reportPrivateUsage]
+    assert found.memory_groups.sized(base) == base
     found.set_memory({NAME: 768 * MiB, "lm.prep.submaster": 1})  # a SubMaster is not a worker: ignored
-    sized = found._with_memory(base)  # pyright: ignore[reportPrivateUsage]
+    sized = found.memory_groups.sized(base)
     assert sized.options["memory"] == 768 * MiB and sized.group == f"prep.1.mem{768 * MiB}"
     assert seen["placed"] == [sized.group] and seen["removed"] == []
     found.set_memory({NAME: 1152 * MiB})
-    bigger = found._with_memory(base)  # pyright: ignore[reportPrivateUsage]
+    bigger = found.memory_groups.sized(base)
     assert bigger.group == f"prep.1.mem{1152 * MiB}"
     assert seen["removed"] == [f"lm.pg.prep.1.mem{768 * MiB}"]  # the older size is gone first
     found.set_memory({NAME: 512 * MiB})  # its role's amount: back to its role's bundle
-    assert found._with_memory(base) == base  # pyright: ignore[reportPrivateUsage]
+    assert found.memory_groups.sized(base) == base
     assert seen["removed"][-1] == f"lm.pg.prep.1.mem{1152 * MiB}"
 
 
@@ -64,5 +64,5 @@ def test_a_rebuilt_scheduler_told_the_override_removes_the_adopted_group_on_the_
     base = found._by_name[NAME]  # pyright: ignore[reportPrivateUsage]
     found.set_memory({NAME: 768 * MiB})  # what a rebuilt PrimeMaster tells it first
     found.set_memory({NAME: 1152 * MiB})  # then a later relaunch
-    found._with_memory(base)  # pyright: ignore[reportPrivateUsage]
+    found.memory_groups.sized(base)
     assert seen["removed"] == [f"lm.pg.prep.1.mem{768 * MiB}"]

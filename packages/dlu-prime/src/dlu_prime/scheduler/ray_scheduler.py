@@ -24,12 +24,12 @@ from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
 from dlu_prime.scheduler.gpu import device_env
+from dlu_prime.scheduler.memory_groups import MemoryGroups
 from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
     ActorPlan,
     GroupPlan,
     PlacementPlan,
-    memory_actor,
     node_group_name,
     plan_placement,
     scaled_actor,
@@ -82,12 +82,13 @@ class RayScheduler(Scheduler):
         self._gpu_ids: dict[str, list[str]] = {}
         self._extra_groups: dict[str, GroupPlan] = {}  # groups of actors a resize added
         self._renewed: set[str] = set()  # actors whose new incarnation said so during a poll
-        self._memory: dict[str, int] = {}  # actor -> the memory a relaunch gave it (bytes)
-        self._memory_groups: dict[str, GroupPlan] = {}  # actor -> its own group of that size
         self._sub_master_roles = {
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
         self.node_groups = NodeGroups(spec, self.plan, self._placement_group)
+        self.memory_groups = MemoryGroups(
+            spec, self._extra_groups, lambda group: self._wait_placement([group]), self._drop_group
+        )
 
     # placement -------------------------------------------------------------------------------
     def _placement_group(self, group_name: str) -> PlacementGroup:
@@ -128,45 +129,16 @@ class RayScheduler(Scheduler):
     # actors ----------------------------------------------------------------------------------
     def _create_actor(self, plan: ActorPlan) -> Any:
         actor_class = self._actor_class_for(self.spec.role(plan.role))
-        plan = self._with_memory(plan)
+        plan = self.memory_groups.sized(plan)
         group = self._placement_group(plan.group)
         return create_worker(self.spec, plan, actor_class, group, self.workdir, self.run_id)
 
     def set_memory(self, memory: Mapping[str, int]) -> None:
-        for name, amount in memory.items():
-            plan = self._by_name.get(name)
-            if plan is None:
-                continue  # a SubMaster: it asks for no memory of its own
-            if amount == self.spec.role(plan.role).resources.memory:
-                self._memory.pop(name, None)
-                continue
-            self._memory[name] = amount
-            if name not in self._memory_groups:  # its group now (a rebuilt PrimeMaster adopts it)
-                self._memory_groups[name] = memory_actor(self.spec, plan, amount)[0]
+        self.memory_groups.set(self._by_name, memory)
 
-    def _with_memory(self, plan: ActorPlan) -> ActorPlan:
-        """`plan` with the memory a relaunch gave the actor, in a placement group of that size
-        (created and placed now; a group of another size this actor had is removed first)."""
-        amount = self._memory.get(plan.name)
-        old = self._memory_groups.get(plan.name)
-        if amount is None:
-            if old is not None:
-                self._drop_memory_group(plan.name)
-            return plan
-        group, sized = memory_actor(self.spec, plan, amount)
-        if old is not None and old.name != group.name:
-            self._drop_memory_group(plan.name)
-        self._memory_groups[plan.name] = group
-        self._extra_groups[group.name] = group
-        self._wait_placement([group])
-        return sized
-
-    def _drop_memory_group(self, name: str) -> None:
-        group = self._memory_groups.pop(name, None)
-        if group is not None:
-            self._extra_groups.pop(group.name, None)
-            self._groups.pop(group.name, None)
-            remove_group(group.pg_name)
+    def _drop_group(self, group: GroupPlan) -> None:
+        self._groups.pop(group.name, None)
+        remove_group(group.pg_name)
 
     def handle(self, name: str) -> Any:
         if name not in self._handles:
@@ -376,8 +348,7 @@ class RayScheduler(Scheduler):
             if group is not None:
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
-            self._memory.pop(name, None)
-            self._drop_memory_group(name)
+            self.memory_groups.forget(name)
 
     def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
         return self.node_groups.placed(role, nodes, wait_s)
