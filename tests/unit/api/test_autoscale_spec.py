@@ -110,6 +110,14 @@ def test_an_autoscaled_job_with_nothing_to_size_is_refused() -> None:
     data["roles"][0]["resizable"] = False
     (problem,) = problems(data)
     assert problem.startswith("autoscale.mode:") and "nothing to size" in problem
+    assert "resources.memory" in problem
+
+
+def test_a_role_with_a_memory_limit_is_something_to_size() -> None:
+    data = spec({"mode": "single-job"})
+    data["roles"][0]["resizable"] = False
+    data["roles"][0]["resources"] = {"memory": "2GiB"}  # an actor near it is relaunched with more
+    assert spec_from_dict(data).autoscale.on
 
 
 def test_a_brain_url_that_is_not_a_url_is_refused() -> None:

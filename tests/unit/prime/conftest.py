@@ -141,7 +141,18 @@ Update = ActorStage | Mapping[str, Any]
 
 Hook = Callable[["FakeScheduler"], None]
 
-METHODS = ("prepare", "setup", "check_children", "start", "poll", "restart", "call", "stop", "cleanup")
+METHODS = (
+    "prepare",
+    "setup",
+    "check_children",
+    "start",
+    "poll",
+    "restart",
+    "call",
+    "stop",
+    "cleanup",
+    "set_memory",
+)
 
 
 class FakeScheduler(Scheduler):
@@ -300,6 +311,9 @@ class FakeScheduler(Scheduler):
             actor.node_id = f"node-after-restart-{name}"
             actor.incarnation += 1
         return {name: f"node-after-restart-{name}" for name in names}
+
+    def set_memory(self, memory: Mapping[str, int]) -> None:
+        self._enter("set_memory", (f"{name}={amount}" for name, amount in sorted(memory.items())))
 
     def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         """SubMaster calls: `failover` restarts through the manager then starts, as the default

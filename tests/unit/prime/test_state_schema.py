@@ -24,9 +24,10 @@ from dlu_prime.master.schema import (
     migrate_2_to_3,
     migrate_3_to_4,
     migrate_4_to_5,
+    migrate_5_to_6,
     upgrade,
 )
-from dlu_prime.master.state import MAX_EVENTS, JobState
+from dlu_prime.master.state import MAX_EVENTS, JobState, RelaunchRecord
 from dlu_prime.state.memory import MemoryStateStore
 from dlu_prime.testing.sim_scheduler import SimScheduler
 
@@ -38,6 +39,7 @@ LATE_V1 = "job_state_v1_failover.json"
 V2 = "job_state_v2.json"
 V3 = "job_state_v3.json"
 V4 = "job_state_v4.json"
+V5 = "job_state_v5.json"
 TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
 
 
@@ -121,7 +123,7 @@ def test_late_v1_document_with_a_failover_in_flight_loads_field_by_field() -> No
     )
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5])
 def test_migration_writes_every_field_of_the_current_shape(name: str) -> None:
     """Explicit defaults, so the next migration can rely on every field being there."""
     original = _document(name)
@@ -157,7 +159,7 @@ def test_a_document_from_a_newer_dlu_prime_is_refused_naming_both_versions() -> 
     assert isinstance(info.value, ValueError)  # callers that catch ValueError keep working
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5])
 def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     store = MemoryStateStore()
     store.put("lm", (FIXTURES / name).read_bytes(), None)
@@ -177,7 +179,7 @@ def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     assert stored is not None and json.loads(stored.data)["schema_version"] == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5])
 def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     """Tier 6 after an upgrade: the RUNNING job carries on, an in-flight failover is finished."""
     store = MemoryStateStore()
@@ -220,7 +222,7 @@ def test_a_migration_never_shares_state_with_its_input() -> None:
     assert copy.deepcopy(migrated) == migrated
 
 
-@pytest.mark.parametrize("name", [V2, V3, V4])
+@pytest.mark.parametrize("name", [V2, V3, V4, V5])
 def test_a_document_before_v4_gets_event_positions_and_its_first_failure(name: str) -> None:
     document = _document(name)
     state = _load(name)
@@ -265,3 +267,68 @@ def test_a_v4_document_gains_the_request_and_resize_fields_of_schema_5() -> None
     assert upgraded["requests"] == {}
     assert {(r["target_nodes"], r["last_resize_at"]) for r in upgraded["roles"].values()} == {(None, None)}
     assert _load(V4).to_status() == _load(V3).to_status()
+
+
+def test_a_v5_document_gains_the_memory_relaunch_fields_of_schema_6() -> None:
+    document = _document(V5)
+    upgraded = migrate_5_to_6(document)
+    assert upgraded["schema_version"] == 6 and document == _document(V5)
+    assert (upgraded["relaunch"], upgraded["relaunch_count"]) == (None, 0)
+    assert {(a["memory"], a["memory_raised_at"]) for a in upgraded["actors"].values()} == {(None, None)}
+    assert _load(V5).to_status() == _load(V4).to_status()
+
+
+GiB = 2**30
+
+
+def _with_override(relaunch: bool) -> JobState:
+    state = _load(V5)
+    state.failover = None  # the snapshot's role failover is over: nothing else in flight
+    rank = state.actors["lm.trainer.1"]
+    rank.memory, rank.memory_raised_at = 3 * GiB, 1_766_000_010.0
+    if relaunch:
+        state.relaunch = RelaunchRecord(
+            actor=rank.name,
+            role="trainer",
+            old_memory=2 * GiB,
+            new_memory=3 * GiB,
+            reason="trainer.1 at 1.9 GiB of 2 GiB (95%): relaunched with 3 GiB",
+            started_at=1_766_000_010.0,
+        )
+        state.relaunch_count = 1
+    return state
+
+
+def test_a_memory_override_and_a_relaunch_in_flight_survive_save_and_load() -> None:
+    state = _with_override(relaunch=True)
+    loaded = JobState.loads(state.dumps())
+    assert loaded == state
+    assert loaded.actors["lm.trainer.1"].memory == 3 * GiB and loaded.relaunch == state.relaunch
+    shown = next(a for r in loaded.to_status().roles for a in r.actors if a.name == "lm.trainer.1")
+    assert shown.memory_limit_bytes == 3 * GiB
+
+
+@pytest.mark.parametrize("relaunch", [False, True])
+def test_a_restarted_prime_master_keeps_the_memory_a_relaunch_gave(relaunch: bool) -> None:
+    """Tier 6: the scheduler is told every override before anything is replaced, and a relaunch
+    in flight is carried out once more (nothing counted)."""
+    state = _with_override(relaunch)
+    store = MemoryStateStore()
+    store.put("lm", state.dumps(), None)
+    clock = Clock(1_800_000_000.0)
+    sim = SimScheduler(state.spec, clock, state.actors)
+    sim.setup(list(state.actors))
+    sim.start(list(state.actors))
+    manager = PrimeManager.self_recover(state.spec, sim, store, clock=clock)
+    assert manager is not None
+    assert sim.memory == {"lm.trainer.1": 3 * GiB}
+    assert manager.state.actors["lm.trainer.1"].memory == 3 * GiB
+    assert sim.replaced == ([("lm.trainer.1", 3 * GiB)] if relaunch else [])
+    assert manager.state.relaunch is None
+    kinds = [e.kind for e in manager.state.events[len(state.events) :]]
+    assert kinds == (["master_restarted", "memory_relaunch_done"] if relaunch else ["master_restarted"])
+    assert manager.state.roles["trainer"].restart_count == state.roles["trainer"].restart_count
+    sim.kill("lm.trainer.1")  # a later failover of that actor asks for its memory too
+    manager.monitor_once()
+    manager.resume_in_flight()
+    assert sim.replaced[-1] == ("lm.trainer.1", 3 * GiB)

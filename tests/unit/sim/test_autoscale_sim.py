@@ -85,12 +85,12 @@ def test_no_decision_during_a_failover_or_a_resize() -> None:
     sim.run(3)
     state = sim.manager.state
     event = AutoscaleObserved((_view(8),), quiet_for_s=1_000.0)
-    assert autoscale_pass.observed(state, event).changes  # due: 8 -> 7
+    assert autoscale_pass.observed(state, event, 0.0).changes  # due: 8 -> 7
     state.failover = FailoverRecord(tier=Tier.ROLE, role=ELASTIC, reason="test", started_at=0.0)
-    decided = autoscale_pass.observed(state, event)
+    decided = autoscale_pass.observed(state, event, 0.0)
     assert decided.changes == () and decided.commands == () and decided.reply is None
     plan = RolePlan(role=ELASTIC, size=4, algorithm="marginal_scaling", reason="r", id=1)
-    assert autoscale_pass.observed(state, AutoscaleObserved((_view(8),), 1_000.0, (plan,))).changes == ()
+    assert autoscale_pass.observed(state, AutoscaleObserved((_view(8),), 1_000.0, (plan,)), 0.0).changes == ()
 
 
 def test_no_decision_below_a_min_and_a_plan_below_it_is_refused_not_retried() -> None:
@@ -98,9 +98,9 @@ def test_no_decision_below_a_min_and_a_plan_below_it_is_refused_not_retried() ->
     sim.run(3)
     state = sim.manager.state
     at_min = AutoscaleObserved((RoleView(ELASTIC, True, 1, 1, 8, {1: 1.0, 2: 1.1}, "steps/s"),), 1_000.0)
-    assert autoscale_pass.observed(state, at_min).changes == ()
+    assert autoscale_pass.observed(state, at_min, 0.0).changes == ()
     plan = RolePlan(role=ELASTIC, size=0, algorithm="marginal_scaling", reason="r", id=7)
-    decided = autoscale_pass.observed(state, AutoscaleObserved((_view(8),), 1_000.0, (plan,)))
+    decided = autoscale_pass.observed(state, AutoscaleObserved((_view(8),), 1_000.0, (plan,)), 0.0)
     (note,) = decided.changes
     assert isinstance(note, Note) and note.kind == EventKind.AUTOSCALE_PLAN_UNPLACEABLE
     assert "outside 1:8" in note.message and decided.commands == ()
@@ -329,18 +329,3 @@ def test_the_brain_gets_a_simple_roles_total_speed_and_the_role_behind_a_backlog
     assert speeds and all(s.world_size == 3 and s.steps_per_s == pytest.approx(3.0) for s in speeds)
     backlogs = [s for s in brain.samples if s.kind == "backlog"]
     assert backlogs and {s.role for s in backlogs} == {WORKERS}
-
-
-def test_a_memory_plan_is_reported_back_not_carried_out() -> None:
-    brain = _PlannedBrain()
-    spec = elastic_spec(1, 8, mode="cluster", brain_url="http://127.0.0.1:9")
-    sim = AutoscaleSim(spec, brain=brain).with_steps(ElasticSteps(ELASTIC, 1.0, 0.04))
-    plan = RolePlan(
-        role=ELASTIC, memory_bytes=3 * 2**30, algorithm="memory_relaunch", reason="near its limit", id=5
-    )
-    brain.plans = [plan]
-    sim.run(30, until=lambda s: bool(brain.outcomes))
-    assert [(o.plan_id, o.state) for o in brain.outcomes] == [(5, "unplaceable")]
-    assert "more memory" in brain.outcomes[0].reason
-    sim.run(20)
-    assert len(brain.outcomes) == 1 and nodes(sim) == 8 and "resize_started" not in kinds(sim)

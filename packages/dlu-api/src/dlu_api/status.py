@@ -41,6 +41,10 @@ class ActorStatus(BaseModel):
         default=None, description="CPU use of the actor's process and its children (100 = one core)."
     )
     memory_bytes: int | None = Field(default=None, description="Resident memory of the actor's processes.")
+    memory_limit_bytes: int | None = Field(
+        default=None,
+        description="The memory a memory relaunch gave the actor (bytes asked of Ray); unset: its role's.",
+    )
     gpu_percent: float | None = Field(default=None, description="GPU use, where the actor has one.")
 
 

@@ -118,6 +118,9 @@ class EventKind(StrEnum):
     # auto-scaling (docs/autoscaling.md)
     AUTOSCALE_DECISION = "autoscale_decision"  # a size chosen, with the measurements behind it
     AUTOSCALE_PLAN_UNPLACEABLE = "autoscale_plan_unplaceable"  # a Brain's plan refused or unplaceable
+    MEMORY_RELAUNCH = "memory_relaunch"  # an actor near its memory limit replaced with more (not a fault)
+    MEMORY_RELAUNCH_DONE = "memory_relaunch_done"
+    MEMORY_RELAUNCH_FAILED = "memory_relaunch_failed"
     # checkpoints
     CHECKPOINT_RESTORED = "checkpoint_restored"
     CHECKPOINT_PERSISTED = "checkpoint_persisted"

@@ -148,6 +148,9 @@ def statistics_lines(status: JobStatus) -> list[str]:
             use = [
                 f"cpu {actor.cpu_percent:.0f}%" if actor.cpu_percent is not None else "",
                 f"mem {actor.memory_bytes / 2**20:.0f} MiB" if actor.memory_bytes is not None else "",
+                f"relaunched with {actor.memory_limit_bytes / 2**20:.0f} MiB"
+                if actor.memory_limit_bytes is not None
+                else "",
                 f"gpu {actor.gpu_percent:.0f}%" if actor.gpu_percent is not None else "",
             ]
             if any(use):

@@ -10,7 +10,7 @@ from dlu_api.spec.models import JobSpec, RoleKind
 
 def autoscale_is_sound(spec: JobSpec) -> Iterator[Problem]:
     """Each backlog role is a resizable simple role with a max_total, not collocated; an
-    auto-scaled job has something to size."""
+    auto-scaled job has something to size (a role's nodes or actors, or its actors' memory)."""
     settings = spec.autoscale
     roles = {r.name: r for r in spec.roles}
     for name, channel in sorted(settings.backlog_roles.items()):
@@ -42,11 +42,13 @@ def autoscale_is_sound(spec: JobSpec) -> Iterator[Problem]:
                 f"role {name!r} is collocated: collocated roles keep the size of their spec.",
                 "take it out of collocations, or out of backlog_roles.",
             )
-    if settings.on and not settings.backlog_roles and not any(_scalable_elastic(spec)):
+    limited = any(role.resources.memory > 0 for role in spec.roles)  # its actors' memory is sized
+    if settings.on and not settings.backlog_roles and not limited and not any(_scalable_elastic(spec)):
         yield Problem(
             "autoscale.mode",
             f"is {settings.mode.value} but the job has nothing to size.",
-            "give an elastic role nnodes MIN:MAX and resizable: true, or name backlog_roles, or set mode: off.",
+            "give an elastic role nnodes MIN:MAX and resizable: true, or name backlog_roles, or give a "
+            "role resources.memory (an actor near it is relaunched with more), or set mode: off.",
         )
 
 

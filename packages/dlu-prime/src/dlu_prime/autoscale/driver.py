@@ -38,6 +38,10 @@ REPORT_S = 10.0  # statistics go to the Brain at most this often
 PLAN_POLL_S = 10.0  # the Brain's plan is asked at most this often
 METRICS_S = 5.0  # the statistics' metrics are set at most this often (one series per actor)
 
+_RESIZE_ENDS = (EventKind.RESIZE_DONE, EventKind.RESIZE_FAILED)
+_MEMORY_ENDS = (EventKind.MEMORY_RELAUNCH_DONE, EventKind.MEMORY_RELAUNCH_FAILED)
+_FAILED = (EventKind.RESIZE_FAILED, EventKind.MEMORY_RELAUNCH_FAILED)
+
 QueuePoll = Callable[[Mapping[str, ChannelRecord]], Mapping[str, QueueView]]
 
 
@@ -118,10 +122,11 @@ class Autoscaler:
         with self._lock:
             seen = self.stats.views(state, now)
             quiet = self.stats.quiet_for(now)
+            pressed = tuple(self.stats.memory_views(state))
         views = tuple(replace(v, failed=frozenset(self._failed.get(v.role, ()))) for v in seen)
         up = brain.mode is BrainMode.CLUSTER
         plans = tuple(self._plans.values())
-        reply = self._handle(AutoscaleObserved(views, quiet, plans, brain_up=up))
+        reply = self._handle(AutoscaleObserved(views, quiet, plans, brain_up=up, memory=pressed))
         if isinstance(reply, Outcome):
             self._decided(state, brain, reply, now)
 
@@ -204,7 +209,7 @@ class Autoscaler:
         if outcome.began:
             self._resizing = _Resizing(outcome, now)
             return
-        if outcome.error and outcome.plan_id is None:
+        if outcome.error and outcome.plan_id is None and not outcome.memory:
             self._failed.setdefault(outcome.role, set()).add(outcome.new)
         self._outcome(brain, state, outcome.plan_id, outcome.error)
 
@@ -212,18 +217,15 @@ class Autoscaler:
         """The resize a decision began is over: a failed one is not proposed again (and a
         Brain's plan is reported unplaceable); a done one is reported applied."""
         resizing = self._resizing
-        if resizing is None or state.resize is not None:
+        if resizing is None or state.resize is not None or state.relaunch is not None:
             return
         self._resizing = None
         outcome = resizing.outcome
+        kinds = _MEMORY_ENDS if outcome.memory else _RESIZE_ENDS
         ended = [
-            e
-            for e in state.events
-            if e.role == outcome.role
-            and e.time >= resizing.since
-            and e.kind in (EventKind.RESIZE_DONE, EventKind.RESIZE_FAILED)
+            e for e in state.events if e.role == outcome.role and e.time >= resizing.since and e.kind in kinds
         ]
-        failed = bool(ended) and ended[-1].kind == EventKind.RESIZE_FAILED
-        if failed:
+        failed = bool(ended) and ended[-1].kind in _FAILED
+        if failed and not outcome.memory:
             self._failed.setdefault(outcome.role, set()).add(outcome.new)
         self._outcome(brain, state, outcome.plan_id, ended[-1].message if failed else "")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from dlu_api.spec.models import RoleKind
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage
+from dlu_prime.autoscale import memory
+from dlu_prime.autoscale.memory import MemoryView
 from dlu_prime.autoscale.policy import RoleView
 from dlu_prime.brain_port.models import StatSample
 from dlu_prime.master.elastic_policy import role_nodes
@@ -37,6 +39,15 @@ class QueueView:
     name: str
     backlog: int
     done: int
+
+
+@dataclass(frozen=True)
+class _High:
+    """An actor's consecutive samples at memory pressure: since when, how many, at which limit."""
+
+    limit: int
+    since: float
+    samples: int
 
 
 @dataclass
@@ -71,12 +82,13 @@ def _sample(state: JobState) -> tuple[dict[str, list[str]], dict[str, int]]:
 
 
 def _changes(state: JobState) -> tuple[int, ...]:
-    """Counts that move with every resize and recovery: a resize carried out between two passes
-    (it never shows in flight to the pass) still starts a new measurement."""
+    """Counts that move with every resize, recovery and memory relaunch: one carried out between
+    two passes (it never shows in flight to the pass) still starts a new measurement."""
     roles = [state.roles[name] for name in sorted(state.roles)]
     return (
         state.job_restart_count,
         state.master_restart_count,
+        state.relaunch_count,
         *(n for r in roles for n in (r.resize_count, r.restart_count, r.inplace_restart_count)),
         *(r.sub_master_restart_count for r in roles),
     )
@@ -86,7 +98,9 @@ class JobStatistics:
     def __init__(self, now: float) -> None:
         self.meter = ThroughputMeter()
         self._usage: dict[str, tuple[str, str | None, float | None, int]] = {}  # role, node, cpu, memory
-        self._limits: dict[str, int] = {}  # role -> the memory its actors ask Ray for (0: none)
+        self._limits: dict[str, int] = {}  # actor -> the memory it asks Ray for (0: none)
+        self._high: dict[str, _High] = {}  # actors at memory pressure now
+        self._node_memory: dict[str, int] = {}  # actor -> what its node holds
         self.backlogs: dict[str, int] = {}
         self.changed_at = now  # the last resize or recovery seen (or this PrimeMaster's start)
         self._mark: tuple[int, ...] = ()
@@ -101,7 +115,8 @@ class JobStatistics:
         self._arrivals: dict[str, deque[tuple[float, int, float]]] = {}  # (time, items, seconds)
 
     def usage(self) -> dict[str, StatSample]:
-        """Each actor's latest CPU and memory, as resource samples (its role's memory ask the limit)."""
+        """Each actor's latest CPU and memory, as resource samples (the memory it asks Ray for the
+        limit: its role's, or what a memory relaunch gave it)."""
         return {
             name: StatSample(
                 time=0.0,
@@ -111,7 +126,7 @@ class JobStatistics:
                 node_id=node,
                 cpu_percent=cpu,
                 memory_bytes=memory,
-                memory_limit_bytes=self._limits.get(role) or None,
+                memory_limit_bytes=self._limits.get(name) or None,
             )
             for name, (role, node, cpu, memory) in self._usage.items()
         }
@@ -121,7 +136,12 @@ class JobStatistics:
         return world_size(state, role) if size is None else size
 
     def busy(self, state: JobState) -> bool:
-        return state.stage is not JobStage.RUNNING or state.resize is not None or state.failover is not None
+        return (
+            state.stage is not JobStage.RUNNING
+            or state.resize is not None
+            or state.failover is not None
+            or state.relaunch is not None
+        )
 
     def quiet_for(self, now: float) -> float:
         """Seconds since the last resize or recovery ended (measurements are from after it)."""
@@ -154,16 +174,61 @@ class JobStatistics:
         if now < self._next_usage:
             return
         self._next_usage = now + USAGE_S
-        self._limits = {r.name: r.resources.memory for r in state.spec.roles}
+        asks = {r.name: r.resources.memory for r in state.spec.roles}
         self._simple = {r.name for r in state.spec.roles if r.kind is not RoleKind.ELASTIC}
         self._drained_by = {channel: role for role, channel in state.spec.autoscale.backlog_roles.items()}
         actors = state.actors
         for name, seen in observations.items():
             record = actors.get(name)
-            if record is not None and seen.memory_bytes is not None:
-                self._usage[name] = (record.role, seen.node_id, seen.cpu_percent, seen.memory_bytes)
+            if record is None:
+                continue
+            limit = record.memory if record.memory is not None else asks.get(record.role, 0)
+            self._limits[name] = limit
+            if seen.memory_bytes is None:
+                self._high.pop(name, None)  # not measured (a new incarnation, say): not sustained
+                continue
+            self._usage[name] = (record.role, seen.node_id, seen.cpu_percent, seen.memory_bytes)
+            if seen.node_memory_bytes:
+                self._node_memory[name] = seen.node_memory_bytes
+            self._pressure(name, seen.memory_bytes, limit, now)
         for name in [n for n in self._usage if n not in actors]:
             del self._usage[name]
+            for kept in (self._limits, self._high, self._node_memory):
+                kept.pop(name, None)
+
+    def _pressure(self, name: str, used: int, limit: int, now: float) -> None:
+        """Count the actor's consecutive samples at memory pressure; a sample below it, or a new
+        limit (a relaunch gave it more), starts again."""
+        high = self._high.get(name)
+        if limit <= 0 or used < memory.PRESSURE * limit:
+            self._high.pop(name, None)
+        elif high is None or high.limit != limit:
+            self._high[name] = _High(limit, now, 1)
+        else:
+            self._high[name] = _High(limit, high.since, high.samples + 1)
+
+    def memory_views(self, state: JobState) -> list[MemoryView]:
+        """The actors at memory pressure now, as `autoscale.memory` judges them."""
+        out: list[MemoryView] = []
+        for name, high in sorted(self._high.items()):
+            record = state.actors.get(name)
+            used = self._usage.get(name)
+            if record is None or used is None:
+                continue
+            out.append(
+                MemoryView(
+                    actor=name,
+                    role=record.role,
+                    label=f"{record.role}.{record.rank}",
+                    used=used[3],
+                    limit=high.limit,
+                    since=high.since,
+                    samples=high.samples,
+                    node_memory=self._node_memory.get(name),
+                    raised_at=record.memory_raised_at,
+                )
+            )
+        return out
 
     def observe_queues(self, state: JobState, views: Mapping[str, QueueView], now: float) -> None:
         """The queues' backlogs; for a backlog role's queue, what its actors drained while the

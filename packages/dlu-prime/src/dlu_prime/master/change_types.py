@@ -12,6 +12,7 @@ from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage, EventKind, InPlaceDecision, Tier
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.relaunch import RelaunchBegan, RelaunchEnded, RelaunchFailed
 from dlu_prime.master.resize import (
     FellBelowMin,
     ResizeBegan,
@@ -180,4 +181,7 @@ Change = (
     | TargetSet
     | FellBelowMin
     | ResizeChecked
+    | RelaunchBegan
+    | RelaunchFailed
+    | RelaunchEnded
 )

@@ -36,6 +36,14 @@ from dlu_prime.master.change_types import (
 )
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Assessment
+from dlu_prime.master.relaunch import (
+    RelaunchBegan,
+    RelaunchEnded,
+    RelaunchFailed,
+    relaunch_began,
+    relaunch_ended,
+    relaunch_failed,
+)
 from dlu_prime.master.resize import (
     FellBelowMin,
     ResizeBegan,
@@ -81,6 +89,9 @@ __all__ = [
     "NodesRemoved",
     "Note",
     "Observed",
+    "RelaunchBegan",
+    "RelaunchEnded",
+    "RelaunchFailed",
     "SetupRetried",
     "StageChanged",
     "apply_change",
@@ -243,6 +254,19 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
                 note(Note(kind, message, role=change.role))
         case ResizeChecked():
             resize_checked(state, change)
+        case RelaunchBegan(record=record):
+            for kind, message, took in relaunch_began(state, change):
+                note(Note(kind, message, role=record.role, actor=record.actor, duration_s=took))
+        case RelaunchFailed() | RelaunchEnded():
+            record = state.relaunch
+            lines = (
+                relaunch_failed(state, change)
+                if isinstance(change, RelaunchFailed)
+                else relaunch_ended(state, change, now)
+            )
+            for kind, message, took in lines:
+                role, actor = (record.role, record.actor) if record is not None else (None, None)
+                note(Note(kind, message, role=role, actor=actor, duration_s=took))
         case FellBelowMin():
             node = state.actors[change.culprit].node_id
             for kind, message, _ in fell_below_min(state, change):

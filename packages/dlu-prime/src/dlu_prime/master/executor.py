@@ -40,6 +40,7 @@ from dlu_prime.master.core.commands import (
     ReplaceActors,
     RequeueShards,
     RunChecks,
+    SetMemory,
     StartActors,
     StopActors,
     SubMasterFailover,
@@ -145,6 +146,9 @@ class Executor:
             case AdoptResized(ranks=ranks):
                 for role, (role_ranks, world) in ranks.items():
                     s.know(role, list(role_ranks), world)
+                return None
+            case SetMemory(memory=memory):
+                s.set_memory(dict(memory))
                 return None
             case StopActors(names=names):
                 s.stop(list(names))

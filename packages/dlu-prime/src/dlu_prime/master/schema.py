@@ -26,6 +26,8 @@ History:
      its release, each with its default (so a document without them reads as before): a
      request outcome's `verdict` and `counted` (an in-place report judged by its id) and
      `pending` (a mark-unhealthy no pass has judged yet).
+  6: memory relaunches: an actor's `memory` override and `memory_raised_at`, and the job's
+     `relaunch` record in flight and `relaunch_count`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -154,11 +156,22 @@ def migrate_4_to_5(document: Document) -> Document:
     return out
 
 
+def migrate_5_to_6(document: Document) -> Document:
+    """No actor was relaunched with more memory before version 6: no override, none in flight."""
+    out = copy.deepcopy(document)
+    for actor in _records(out, "actors"):
+        _fill(actor, {"memory": None, "memory_raised_at": None})
+    _fill(out, {"relaunch": None, "relaunch_count": 0})
+    out["schema_version"] = 6
+    return out
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
     3: migrate_3_to_4,
     4: migrate_4_to_5,
+    5: migrate_5_to_6,
 }
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 

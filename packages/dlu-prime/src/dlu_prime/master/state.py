@@ -55,6 +55,13 @@ class ActorRecord(BaseModel):
     total_failures: int = 0
     error: str | None = None
     errors_seen: int = Field(default=0, description="Pushed error reports already acted on.")
+    memory: int | None = Field(
+        default=None,
+        description="Memory in bytes its incarnations ask Ray for instead of its role's (a memory relaunch).",
+    )
+    memory_raised_at: float | None = Field(
+        default=None, description="When its last memory relaunch began (one per settle period)."
+    )
 
 
 class RoleRecord(BaseModel):
@@ -118,6 +125,25 @@ class ResizeRecord(BaseModel):
     checked: list[int] = Field(
         default_factory=list[int],
         description="Added ranks whose node check passed: a PrimeMaster rebuilt half way does not check them again.",
+    )
+
+
+class RelaunchRecord(BaseModel):
+    """A memory relaunch of one actor that was decided and saved but may not have finished: the
+    actor is replaced with `new_memory` bytes (its record's `memory` already says so), or, once
+    that failed (`error`), with `old_memory` again. Not a fault: nothing is counted; a
+    PrimeMaster rebuilt half way replaces the actor again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    actor: str
+    role: str
+    old_memory: int
+    new_memory: int
+    reason: str
+    started_at: float
+    error: str | None = Field(
+        default=None, description="Why it failed: the actor is being put back with its old memory."
     )
 
 
@@ -202,6 +228,10 @@ class JobState(BaseModel):
     node_failures: dict[str, int] = Field(default_factory=dict[str, int])
     failover: FailoverRecord | None = None
     resize: ResizeRecord | None = None
+    relaunch: RelaunchRecord | None = Field(
+        default=None, description="A memory relaunch in flight (`master.core.memory_chain`)."
+    )
+    relaunch_count: int = Field(default=0, description="Memory relaunches begun (not faults: no budget).")
     channels: dict[str, ChannelRecord] = Field(default_factory=dict[str, ChannelRecord])
     endpoints: dict[str, dict[str, str]] = Field(
         default_factory=dict[str, dict[str, str]],
@@ -277,6 +307,7 @@ class JobState(BaseModel):
                     else a.stage.value,
                     node_id=a.node_id,
                     restart_count=a.restart_count,
+                    memory_limit_bytes=a.memory,
                 )
                 for a in members
             ]

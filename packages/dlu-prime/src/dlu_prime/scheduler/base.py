@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ class ActorObservation:
     incarnation: str | None = None  # which process answered (node and pid): changes when Ray rebuilds it
     cpu_percent: float | None = None  # the actor's processes (psutil, measured by the actor itself)
     memory_bytes: int | None = None  # their resident memory
+    node_memory_bytes: int | None = None  # what the actor's node holds (psutil), a memory relaunch's bound
 
     @staticmethod
     def gone(error: str) -> ActorObservation:
@@ -73,6 +74,7 @@ class ActorObservation:
             incarnation=f"{status.get('node_id')}/{status['pid']}" if status.get("pid") else None,
             cpu_percent=_metric(status.get("cpu_percent")),
             memory_bytes=_count(status.get("memory_bytes")),
+            node_memory_bytes=_count(status.get("node_memory_bytes")),
         )
 
 
@@ -130,6 +132,12 @@ class Scheduler(ABC):
         Raises:
             ActorSetupError: a replacement failed its self check.
         """
+
+    @abstractmethod
+    def set_memory(self, memory: Mapping[str, int]) -> None:
+        """The memory in bytes that the next incarnation of each named actor asks Ray for (a
+        memory relaunch), from its next `restart` on; an actor given its role's own amount
+        asks as its role does again. SubMasters are not named."""
 
     @abstractmethod
     def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:

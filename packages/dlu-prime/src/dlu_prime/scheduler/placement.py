@@ -285,6 +285,31 @@ def scaled_actor(spec: JobSpec, role: str, rank: int, world_size: int) -> tuple[
     return plan, actor
 
 
+def memory_actor(spec: JobSpec, plan: ActorPlan, memory: int) -> tuple[GroupPlan, ActorPlan]:
+    """Actor `plan` relaunched with `memory` bytes instead of its role's: a placement group of
+    its own, one bundle of its role's CPU, GPU and custom resources with the new memory (its
+    role's bundle was sized for the old amount). The group's name carries the amount, so a
+    group adopted by name after a PrimeMaster restart is one of the right size."""
+    custom: dict[str, float] = dict(plan.options.get("resources", {}))
+    options: dict[str, Any] = {**plan.options, "memory": memory, "resources": custom}
+    wanted: dict[str, float] = {
+        "CPU": float(options.get("num_cpus", 0.0)),
+        "GPU": float(options.get("num_gpus", 0.0)),
+        "memory": float(memory),
+        **custom,
+    }
+    bundle = {name: amount for name, amount in wanted.items() if amount > 0}
+    group = f"{plan.role}{naming.SEP}{plan.rank}{naming.SEP}mem{memory}"
+    group_plan = GroupPlan(
+        name=group,
+        pg_name=naming.placement_group_name(spec.name, group),
+        strategy=str(spec.placement_strategy),
+        roles=(plan.role,),
+        bundles=(BundlePlan(index=0, resources=bundle),),
+    )
+    return group_plan, replace(plan, group=group, bundle_index=0, options=options)
+
+
 def master_options(spec: JobSpec) -> dict[str, Any]:
     """Ray options of the PrimeMaster actor: CPU, memory in bytes, its isolation resource."""
     master = spec.master

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
@@ -24,6 +24,7 @@ from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
 from dlu_prime.scheduler.gpu import device_env
+from dlu_prime.scheduler.memory_groups import MemoryGroups
 from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
     ActorPlan,
@@ -85,6 +86,9 @@ class RayScheduler(Scheduler):
             sub_master_name(spec.name, r.name): r for r in spec.roles if sub_master_path(r) is not None
         }
         self.node_groups = NodeGroups(spec, self.plan, self._placement_group)
+        self.memory_groups = MemoryGroups(
+            spec, self._extra_groups, lambda group: self._wait_placement([group]), self._drop_group
+        )
 
     # placement -------------------------------------------------------------------------------
     def _placement_group(self, group_name: str) -> PlacementGroup:
@@ -125,8 +129,16 @@ class RayScheduler(Scheduler):
     # actors ----------------------------------------------------------------------------------
     def _create_actor(self, plan: ActorPlan) -> Any:
         actor_class = self._actor_class_for(self.spec.role(plan.role))
+        plan = self.memory_groups.sized(plan)
         group = self._placement_group(plan.group)
         return create_worker(self.spec, plan, actor_class, group, self.workdir, self.run_id)
+
+    def set_memory(self, memory: Mapping[str, int]) -> None:
+        self.memory_groups.set(self._by_name, memory)
+
+    def _drop_group(self, group: GroupPlan) -> None:
+        self._groups.pop(group.name, None)
+        remove_group(group.pg_name)
 
     def handle(self, name: str) -> Any:
         if name not in self._handles:
@@ -336,6 +348,7 @@ class RayScheduler(Scheduler):
             if group is not None:
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
+            self.memory_groups.forget(name)
 
     def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
         return self.node_groups.placed(role, nodes, wait_s)

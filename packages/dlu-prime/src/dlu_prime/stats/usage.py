@@ -34,4 +34,7 @@ class UsageSampler:
             with contextlib.suppress(psutil.Error):  # gone meanwhile: nothing more to leave out
                 counted.update(c.pid for c in psutil.Process(pid).children(recursive=True))
         self._sampler.keep_only(counted)  # an actor forking short-lived children holds no more each time
-        return {"cpu_percent": cpu, "memory_bytes": memory} if seen else {}
+        if not seen:
+            return {}
+        node = psutil.virtual_memory().total  # a memory relaunch never asks for more than this
+        return {"cpu_percent": cpu, "memory_bytes": memory, "node_memory_bytes": node}

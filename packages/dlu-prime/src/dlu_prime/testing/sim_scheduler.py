@@ -53,6 +53,10 @@ class SimScheduler(Scheduler):
         self.cleaned_up = False
         self.added: list[str] = []  # every add_actors / remove_actors call, in order
         self.removed: list[str] = []
+        self.memory: dict[str, int] = {}  # actor -> the memory a relaunch gave it (`set_memory`)
+        self.replaced: list[tuple[str, int | None]] = []  # every replacement, with the memory it asked for
+        self.memory_used: dict[str, int] = {}  # actor -> the memory it reports using (set by a test)
+        self.node_memory: int | None = None  # what every node holds, as the actors report it
         self.held_shards: dict[str, dict[str, list[int]]] = {}
         """Shard queue -> worker -> ids it holds (set by a test); `requeue_shards` hands them back."""
         self._refresh(self.nodes)
@@ -101,7 +105,14 @@ class SimScheduler(Scheduler):
                 beats=beats,
                 watched=running,
                 steps_reported=running,
+                memory_bytes=self.memory_used.get(name),
+                node_memory_bytes=self.node_memory if name in self.memory_used else None,
             )
+
+    def use_memory(self, name: str, used: int) -> None:
+        """The actor reports using `used` bytes from its next poll on (a new incarnation: none)."""
+        self.memory_used[name] = used
+        self._refresh([name])
 
     def _set(self, names: Iterable[str], stage: ActorStage) -> None:
         changed = [n for n in names if self.stages.get(n) is not None]
@@ -131,8 +142,20 @@ class SimScheduler(Scheduler):
         seen = self._seen
         return {name: seen[name] for name in names}
 
+    def set_memory(self, memory: Mapping[str, int]) -> None:
+        for name, amount in memory.items():
+            role = next(
+                r for r in self.spec.roles if name.startswith(actor_name(self.spec.name, r.name, 0)[:-1])
+            )
+            if amount == role.resources.memory:
+                self.memory.pop(name, None)
+            else:
+                self.memory[name] = amount
+
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:
         for name in names:
+            self.replaced.append((name, self.memory.get(name)))
+            self.memory_used.pop(name, None)
             self.stages[name] = ActorStage.READY
             self.steps[name] = 0
         self._refresh(names)

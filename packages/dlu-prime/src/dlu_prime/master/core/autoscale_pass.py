@@ -1,12 +1,16 @@
 """Auto-scaling's decisions, next to failover's so the two never fight (docs/autoscaling.md).
 
-AutoscaleObserved -> nothing during a recovery or a resize in flight (the next pass asks again)
+AutoscaleObserved -> nothing during a recovery, a resize or a memory relaunch in flight (the
+                     next pass asks again)
                   -> a Brain plan (cluster mode), checked against the role's min:max and the
                      sizes that failed: autoscale_decision + the resize chain's ResizeBegan,
                      or autoscale_plan_unplaceable (reported back, never retried)
-                  -> else, with no Brain answering, once the last resize settled and was
-                     measured, the job's own policy
-                     (`dlu_prime.autoscale.policy`): its first change becomes a resize
+                  -> a Brain memory plan: its role's actor under the most memory pressure
+                     relaunched with more memory (`memory_chain`), or refused as above
+                  -> else, with no Brain answering: an actor at 90% of its memory limit for
+                     `measure_s` is relaunched with x1.5 (`autoscale.memory`, `memory_chain`);
+                     else, once the last resize settled and was measured, the job's own
+                     policy (`dlu_prime.autoscale.policy`): its first change becomes a resize
 
 The Brain's plans and the job's policy use the same algorithms (`dlu_prime.stats.scaling`), so
 a job whose Brain goes away carries on as the Brain would have. A decision is a `dlu scale` request with the cause `autoscale` (`resize_chain.scale_requested`):
@@ -17,15 +21,15 @@ elastic role keeps its global batch as every resize does. Pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import EventKind
-from dlu_prime.autoscale import policy
+from dlu_prime.autoscale import memory, policy
 from dlu_prime.autoscale.policy import RoleView
 from dlu_prime.brain_port.models import RolePlan
 from dlu_prime.master.change_types import Note
-from dlu_prime.master.core import resize_chain
+from dlu_prime.master.core import memory_chain, resize_chain
 from dlu_prime.master.core.decision import Decision
 from dlu_prime.master.core.events import AutoscaleObserved, ScaleRequested
 from dlu_prime.master.resize_plan import AUTOSCALE
@@ -45,33 +49,50 @@ class Outcome:
     began: bool = False
     plan_id: int | None = None
     error: str = ""
+    memory: bool = False  # a memory relaunch: `old` and `new` are bytes, not sizes
 
 
-def observed(state: JobState, event: AutoscaleObserved) -> Decision:
+def observed(state: JobState, event: AutoscaleObserved, now: float) -> Decision:
     settings = state.spec.autoscale
     if not settings.on or state.stage is not JobStage.RUNNING:
         return Decision()
-    if state.failover is not None or state.resize is not None:
-        return Decision()  # never during a recovery or a resize: decided again after it
+    if state.failover is not None or state.resize is not None or state.relaunch is not None:
+        return Decision()  # never during a recovery, a resize or a relaunch: decided again after it
     views = {v.role: v for v in event.views}
     if event.plans:
-        return _plan(state, views, event.plans[0])  # one plan a pass: the next pass sees its outcome
-    if event.brain_up or event.quiet_for_s < settings.settle_s + settings.measure_s:
-        return Decision()  # the Brain plans while it answers; else the last resize is measured first
+        plan = event.plans[0]  # one plan a pass: the next pass sees its outcome
+        if plan.size is None:
+            return _memory_plan(state, event, plan, now)
+        return _plan(state, views, plan)
+    if event.brain_up:
+        return Decision()  # the Brain plans while it answers
+    relaunch = memory.choose(event.memory, now, settings.measure_s, settings.settle_s)
+    if relaunch is not None:
+        return memory_chain.begin(state, relaunch, now)
+    if event.quiet_for_s < settings.settle_s + settings.measure_s:
+        return Decision()  # the last resize is measured first
     for decision in policy.choose(event.views, settings):
         if decision.changes:
             return _resize(state, decision)
     return Decision()
 
 
+def _memory_plan(state: JobState, event: AutoscaleObserved, plan: RolePlan, now: float) -> Decision:
+    """A Brain's memory plan for a role: its actor under the most pressure now is relaunched with
+    the plan's memory, or the plan is refused (reported back, so the Brain stops proposing it)."""
+    found = memory.for_plan(plan, event.memory, now, state.spec.autoscale.settle_s)
+    if isinstance(found, str):
+        return _refused(plan, 0, found)
+    began = memory_chain.begin(state, found, now)
+    said = f"Brain plan #{plan.id} ({plan.algorithm}): {found.reason}"
+    outcome = Outcome(plan.role, found.old, found.new, said, began=True, plan_id=plan.id, memory=True)
+    return replace(began, reply=outcome)
+
+
 def _plan(state: JobState, views: Mapping[str, RoleView], plan: RolePlan) -> Decision:
-    """A Brain plan's size for one role. A memory plan is refused (reported back, so the Brain
-    stops proposing it): the job does not relaunch actors with more memory yet."""
+    """A Brain plan's size for one role."""
     view = views.get(plan.role)
-    if plan.size is None:
-        return _refused(
-            plan, view.current if view else 0, "the job does not relaunch actors with more memory yet"
-        )
+    assert plan.size is not None
     said = f"Brain plan #{plan.id} ({plan.algorithm}): {plan.reason}"
     if view is None:
         return _refused(

@@ -42,6 +42,7 @@ class Purpose(StrEnum):
     RESIZE = "resize"  # the saved resize in flight (`state.resize`)
     ELASTIC_LOSS = "elastic_loss"  # a pass's elastic roles whose nodes may be lost
     GROW = "grow"  # an elastic role below its target, onto nodes Ray placed
+    MEMORY = "memory"  # the saved memory relaunch in flight (`state.relaunch`)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,14 @@ class AdoptResized:
 
     ranks: Mapping[str, tuple[tuple[int, ...], int]]  # role -> (ranks, world size)
     purpose: Purpose = Purpose.SELF_RECOVER
+
+
+@dataclass(frozen=True)
+class SetMemory:
+    """The memory (bytes) the next incarnations of these actors ask Ray for; their role's own
+    amount puts an actor back in its role's bundle."""
+
+    memory: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -306,6 +315,7 @@ Command = (
     | FindDeadPeers
     | ForgetLiveness
     | AdoptResized
+    | SetMemory
     | StopActors
     | Cleanup
     | AskStop

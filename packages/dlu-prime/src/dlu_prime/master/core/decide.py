@@ -3,7 +3,7 @@
 Every decision of the PrimeManager is made here, from the recorded state and one event: the
 tier of a failure and its escalation, whether an effect joins a fault in flight, setup
 retries, an elastic node loss, growth and resize (`dlu scale`), auto-scaling (`autoscale_pass`),
-the stall notice, limits, stop conditions. It calls the pure policies (`failover`, `monitor`,
+the stall notice, a memory relaunch (`memory_chain`), limits, stop conditions. It calls the pure policies (`failover`, `monitor`,
 `tiers`, `elastic_policy`, `resize`, `stall`, `autoscale.policy`) and returns the changes to
 save and the commands to run; it does no I/O, takes no lock and never changes `state` (the
 PrimeManager applies the changes).
@@ -16,6 +16,7 @@ from dlu_prime.master.core import (
     autoscale_pass,
     elastic_chain,
     failover_chain,
+    memory_chain,
     monitor_pass,
     requests,
     resize_chain,
@@ -89,7 +90,7 @@ def decide(state: JobState, event: Event, now: float) -> Decision:
         case StallObserved():
             return stall_notice.stall_observed(state, event, now)
         case AutoscaleObserved():
-            return autoscale_pass.observed(state, event)
+            return autoscale_pass.observed(state, event, now)
         case PassApplied():
             return monitor_pass.applied(state, event)
         case InPlaceReported():
@@ -162,6 +163,8 @@ def _done(state: JobState, done: Done) -> Decision:
             | StartActors(purpose=Purpose.RESIZE)
         ):
             return resize_chain.after(state, done)
+        case _ if getattr(command, "purpose", None) is Purpose.MEMORY:
+            return memory_chain.after(state, done)
         case _ if getattr(command, "purpose", None) is Purpose.FAILOVER:
             return failover_chain.after(state, done)
         case _:

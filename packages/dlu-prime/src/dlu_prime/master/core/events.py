@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlu_prime.autoscale.memory import MemoryView
 from dlu_prime.autoscale.policy import RoleView
 from dlu_prime.brain_port.models import RolePlan
 from dlu_prime.master.core.commands import Command, InPlaceReport, Then
@@ -171,14 +172,16 @@ class StallObserved:
 class AutoscaleObserved:
     """After a monitoring pass of an auto-scaled job: its roles as the statistics see them (each
     with the sizes whose resize failed), seconds since the last resize or recovery ended, and in
-    cluster mode the Brain's plans not carried out yet. While the Brain answers (`brain_up`) the
-    job only executes its plans; otherwise its own policy decides. The reply is an
-    `autoscale_pass.Outcome`, or None when nothing was decided."""
+    cluster mode the Brain's plans not carried out yet; and the actors at 90% of their memory
+    limit now (`memory`). While the Brain answers (`brain_up`) the job only executes its plans;
+    otherwise its own policy decides. The reply is an `autoscale_pass.Outcome`, or None when
+    nothing was decided."""
 
     views: tuple[RoleView, ...]
     quiet_for_s: float
     plans: tuple[RolePlan, ...] = ()
     brain_up: bool = False
+    memory: tuple[MemoryView, ...] = ()
 
 
 Event = (

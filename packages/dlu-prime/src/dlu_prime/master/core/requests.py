@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dlu_api.vocabulary import ActorStage, EventKind, InPlaceDecision, InPlaceVerdict
 from dlu_prime.master.change_types import ActorsPlaced, ActorsRestarting, InPlaceJudged, Note
+from dlu_prime.master.core import memory_chain
 from dlu_prime.master.core.commands import AskStop, Command, FindDeadPeers, Purpose, ReplaceActors, Wake
 from dlu_prime.master.core.decision import Decision
 from dlu_prime.master.core.events import Done, InPlaceReported, RestartRequested
@@ -17,13 +18,15 @@ from dlu_prime.master.state import INPLACE_ACTION, SUB_MASTER_RANK, JobState
 
 def restart_requested(state: JobState, event: RestartRequested) -> Decision:
     """Replace actors of one or more roles: counted, limited and saved before the scheduler
-    acts. A failover that asks for it (through a SubMaster) was already counted and checked."""
+    acts. A failover that asks for it (through a SubMaster) was already counted and checked; a
+    memory relaunch's is not counted at all."""
     names = event.names
     unknown = [n for n in names if n not in state.actors]
     if unknown:
         return Decision(error=KeyError(f"no such actor(s): {', '.join(unknown)}"))
     in_flight = state.failover
     counted = not (in_flight is not None and set(names) <= set(in_flight.actors))
+    counted = counted and not memory_chain.covers(state, names)  # a memory relaunch is no fault
     for role in sorted({state.actors[n].role for n in names}) if counted else []:
         over = role_limit_reached(state, role)
         if over is not None:

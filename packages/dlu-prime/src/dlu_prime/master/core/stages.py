@@ -12,6 +12,7 @@ from dlu_prime.master.change_types import (
     MasterRestarted,
     Note,
 )
+from dlu_prime.master.core import memory_chain
 from dlu_prime.master.core.commands import (
     AdoptResized,
     Cleanup,
@@ -94,6 +95,7 @@ def master_rebuilt(state: JobState) -> Decision:
     if state.stage is JobStage.RUNNING:
         ranks = {role: (tuple(r), role_size(state, role)) for role, r in extra_ranks(state).items()}
         commands: list[Command] = [AdoptResized(ranks)] if ranks else []
+        commands.extend(memory_chain.rebuilt(state))  # the actors' memory, a relaunch in flight
         waiting = unstarted(state)
         if waiting:
             commands.append(StartActors(tuple(waiting), Purpose.SELF_RECOVER))

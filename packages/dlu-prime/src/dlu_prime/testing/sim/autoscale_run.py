@@ -35,6 +35,7 @@ def elastic_spec(
     measure_s: float = 20.0,
     name: str = "autoscale",
     brain_url: str | None = None,
+    memory: str | None = None,
 ) -> JobSpec:
     autoscale: dict[str, Any] = {
         "mode": mode,
@@ -55,6 +56,7 @@ def elastic_spec(
                     "kind": "elastic",
                     "entrypoint": "pkg.train:main",
                     "resizable": True,
+                    **({"resources": {"memory": memory}} if memory is not None else {}),
                     "elastic": {
                         "nnodes": f"{low}:{high}",
                         "nproc_per_node": 1,
@@ -69,7 +71,13 @@ def elastic_spec(
 
 
 def backlog_spec(
-    total: int, high: int, *, target_s: float = 30.0, settle_s: float = 5.0, measure_s: float = 10.0
+    total: int,
+    high: int,
+    *,
+    target_s: float = 30.0,
+    settle_s: float = 5.0,
+    measure_s: float = 10.0,
+    memory: str | None = None,
 ) -> JobSpec:
     return spec_from_dict(
         {
@@ -85,6 +93,7 @@ def backlog_spec(
                     "max_total": high,
                     "resizable": True,
                     "is_driver": False,
+                    **({"resources": {"memory": memory}} if memory is not None else {}),
                 },
             ],
             "health": {"monitor_interval_s": 1.0, "stall_timeout_s": None},
