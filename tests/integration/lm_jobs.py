@@ -66,10 +66,12 @@ def status_of(name: str) -> JobStatus | None:
         return None
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> None:
+def wait_until(
+    what: str, check: Callable[[], bool], timeout_s: float = 180.0, interval_s: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
             return
-        time.sleep(0.1)
+        time.sleep(interval_s)
     raise AssertionError(f"timed out waiting for {what}")

@@ -46,12 +46,12 @@ def test_monitor_records_the_cluster_and_raises_idle_resources(ray_session: Any,
         seen: list[float] = []  # Ray's free count lags a placement: its lowest over 2 s
         until = time.monotonic() + 2.0
         while time.monotonic() < until:
-            seen.append(sample_ray().available.get("CPU", 0.0))
+            seen.append(sample_ray(with_demand=False).available.get("CPU", 0.0))
             time.sleep(0.1)
         held = min(seen)
         ray.kill(holder)
-        while sample_ray().available.get("CPU", 0.0) < held + 2 - 1e-6:
-            assert time.monotonic() < deadline + 30, (held, sample_ray().available)
+        while sample_ray(with_demand=False).available.get("CPU", 0.0) < held + 2 - 1e-6:
+            assert time.monotonic() < deadline + 30, (held, sample_ray(with_demand=False).available)
             time.sleep(0.1)
     finally:
         monitor.stop()

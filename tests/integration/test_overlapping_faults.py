@@ -1,8 +1,8 @@
 """Overlapping faults, each injected for real, each counted once on its own culprit (issue 27,
 defects 2-4; the causality rules of docs/failover.md):
 
-- a training process hangs (SIGSTOP) and, just before its agent finds it, a peer's actor is
-  SIGKILLed: the kill is one role failover blamed on the killed rank, and the hang is counted
+- a training process hangs (SIGSTOP) and, the moment its agent has found it and killed it, a
+  peer's actor is SIGKILLed: the kill is one role failover blamed on the killed rank, and the hang is counted
   once on the hung rank, whichever of the two the PrimeMaster sees first (never hidden in the
   failover as "joined");
 - on a three-node `ray.cluster_utils.Cluster`: a training process SIGKILLed ~100 ms before
@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,15 @@ def actor_status(actor: str) -> dict[str, Any]:
     from dlu_prime.naming import NAMESPACE
 
     return dict(ray.get(ray.get_actor(actor, namespace=NAMESPACE).status.remote(), timeout=30))
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie counts: its zygote reaps it a moment later)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 1 :].split()[0] in {"Z", "X"}
 
 
 def step_of(job: str, actor: str) -> int:
@@ -70,7 +78,11 @@ def test_a_hang_overlapping_a_peers_kill_is_counted_once_on_the_hung_rank(
     victim = actor_status(killed)["pid"]
     assert process is not None
     os.kill(int(process), signal.SIGSTOP)  # alive, silent: a hang its agent finds after timeout_s
-    time.sleep(timeout_s - 0.4)  # the kill lands while the hang is being found
+    # The kill lands the moment the agent has found the hang and killed the process, while the
+    # hang's report is judged. (Landing it a fixed time before the hang is found raced: the
+    # peer's failover can re-form the round within 0.1 s, and a process that round ends before
+    # its timeout has passed is not hung by definition, so nothing was counted on it.)
+    wait_until("the hung process killed", lambda: gone(int(process)), timeout_s=60, interval_s=0.01)
     os.kill(int(victim), signal.SIGKILL)
     status = launcher.wait_job(spec)
     events = "\n".join(f"{e.time:.3f} {e.kind} {e.tier} {e.actor}: {e.message}" for e in status.events)

@@ -102,9 +102,13 @@ def test_what_a_process_started_while_marked_ends_with_it(
     assert alive(pids["bystander"]) and alive(pids["zygote"]) and alive(pids["forked"])
 
 
-def test_the_marker_is_only_set_while_marked() -> None:
+def test_the_marker_is_only_set_while_marked(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlu_prime import reaper
 
+    # A fresh marker: an earlier test of this process may have started Ray under the suite's
+    # one, and its processes carry that. The watcher started here ends with this process.
+    monkeypatch.setattr(reaper, "_marker", None)
+    monkeypatch.setattr(reaper, "_watcher", None)
     assert reaper.MARKER_ENV not in os.environ and "SPT_NOENV" not in os.environ
     with reaper.marked():
         marker = os.environ[reaper.MARKER_ENV]

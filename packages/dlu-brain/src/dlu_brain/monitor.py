@@ -6,10 +6,21 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from dlu_prime import ray_private
+
 logger = logging.getLogger(__name__)
+
+# Ray's state API lives in its dashboard. Without one (`include_dashboard=False`, a minimal Ray)
+# a call waits 40 s to find that out (measured on Ray 2.60), so the dashboard's address is looked
+# up first; a call gets a short timeout, and after a failure the demand is not asked for again
+# for a while.
+STATE_API_TIMEOUT_S = 3
+STATE_API_RETRY_S = 300.0
+_state_api_down_until = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -26,8 +37,9 @@ def _amounts(data: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in data.items() if not k.startswith("node:") and isinstance(v, int | float)}
 
 
-def sample_ray() -> ClusterSample:
-    """One sample of the Ray cluster this process is connected to (`ray.init` done)."""
+def sample_ray(with_demand: bool = True) -> ClusterSample:
+    """One sample of the Ray cluster this process is connected to (`ray.init` done);
+    `with_demand=False` leaves out the pending demand (the one part that may be slow)."""
     import ray
 
     nodes = ray.nodes()
@@ -37,21 +49,32 @@ def sample_ray() -> ClusterSample:
         dead=len(nodes) - alive,
         total=_amounts(ray.cluster_resources()),
         available=_amounts(ray.available_resources()),
-        pending=_pending_demand(),
+        pending=_pending_demand() if with_demand else [],
     )
 
 
 def _pending_demand() -> list[dict[str, float]]:
     """What actors waiting for resources ask for (ray.util.state, which needs Ray's dashboard;
     without it the demand is unknown and left empty)."""
+    global _state_api_down_until
+    if time.monotonic() < _state_api_down_until:
+        return []
     try:
         from ray.util.state import list_actors
 
+        if not ray_private.dashboard_running():
+            raise ConnectionError("this Ray runs no dashboard")
         waiting = list_actors(
-            filters=[("state", "=", "PENDING_CREATION")], detail=True, raise_on_missing_output=False
+            filters=[("state", "=", "PENDING_CREATION")],
+            detail=True,
+            raise_on_missing_output=False,
+            timeout=STATE_API_TIMEOUT_S,
         )
     except Exception as exc:  # no dashboard (a minimal Ray), or it is starting
-        logger.debug("pending demand unknown: %s", exc)
+        _state_api_down_until = time.monotonic() + STATE_API_RETRY_S
+        logger.info(
+            "pending demand unknown (Ray's state API: %s); asked again in %.0fs", exc, STATE_API_RETRY_S
+        )
         return []
     out: list[dict[str, float]] = []
     for actor in waiting:

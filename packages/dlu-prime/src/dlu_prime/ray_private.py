@@ -350,6 +350,14 @@ def kv_get(key: str, namespace: str | None) -> bytes | None:
     return _get("kv_get")(key, namespace=namespace)
 
 
+def dashboard_running() -> bool:
+    """Whether this Ray has a dashboard (where its state API lives): the address it publishes
+    in the GCS. Asked because the state API, without one, waits 40 s before it says so."""
+    if not available("kv_get"):
+        return False
+    return kv_get("dashboard", namespace="dashboard") is not None
+
+
 def kv_put_if_absent(key: str, value: bytes, namespace: str | None) -> bool:
     """Create `key` unless it exists; True means it already existed (nothing written)."""
     return bool(_get("kv_put")(key, value, overwrite=False, namespace=namespace))
