@@ -25,7 +25,8 @@ its process group when the alive pipe closes (the client died). A client holds i
 until the exit comes: when it closes earlier (the client died), the zygote kills the child and
 its group too, which also ends a child too stopped or blocked to run its own watch.
 
-This module is the client side and the protocol; the zygote process is `dlu_prime.zygote_server`.
+This module is the client side; the framing of the messages is `dlu_prime.zygote_wire`, the
+zygote process `dlu_prime.zygote_server`.
 """
 
 from __future__ import annotations
@@ -37,10 +38,8 @@ import importlib
 import importlib.util
 import logging
 import os
-import pickle
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -50,61 +49,33 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlu_prime.zygote_wire import (
+    DEFAULT_IDLE_S,
+    DEFAULT_REFILL_QUIET_S,
+    MAX_SPARES,
+    REFILL_QUIET_ENV,
+    ZygoteError,
+    recv_message,
+    send_message,
+)
+
+__all__ = [
+    "DEFAULT_IDLE_S",
+    "DEFAULT_REFILL_QUIET_S",
+    "MAX_SPARES",
+    "REFILL_QUIET_ENV",
+    "ZygoteError",
+    "recv_message",
+    "send_message",
+]
+
 logger = logging.getLogger(__name__)
 
 DIR_ENV = "DLU_ZYGOTE_DIR"  # where sockets live; default $TMPDIR/dlu-<uid>
 IDLE_ENV = "DLU_ZYGOTE_IDLE_S"  # seconds with no live child before the zygote exits
-DEFAULT_IDLE_S = 300.0
-_HEADER = struct.Struct("!I")
-_MAX_FDS = 8
-MAX_SPARES = 16  # children forked ahead, at most (one per rank a node starts at once)
-# Children are forked ahead only once no fork was asked for this long: a fork of a process with
-# torch loaded took 15 to 300 ms here, and refilling right after a restart's burst made the
-# zygote hand out the burst's later processes, and report its exits, that much late, besides
-# taking CPU from the new processes' start (traced: 0.3 s of an in-place restart under load).
-REFILL_QUIET_ENV = "DLU_ZYGOTE_REFILL_QUIET_S"
-DEFAULT_REFILL_QUIET_S = 1.0
-_MAX_MESSAGE = 64 << 20
 _UNIX_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
 # Packages whose sources the zygote may have preloaded: a change there means a new zygote.
 _SOURCE_PACKAGES = ("dlu_api", "dlu_prime", "dlu_elastic")
-
-
-class ZygoteError(RuntimeError):
-    """The zygote could not be reached or refused a request."""
-
-
-# -- the wire -------------------------------------------------------------------------------------
-
-
-def send_message(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    framed = _HEADER.pack(len(data)) + data
-    sent = socket.send_fds(sock, [framed], list(fds)) if fds else sock.send(framed)
-    if sent < len(framed):
-        sock.sendall(framed[sent:])
-
-
-def recv_message(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and the descriptors that came with it; (None, []) on a closed connection."""
-    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
-    if not head:
-        return None, fds
-    while len(head) < _HEADER.size:
-        more = sock.recv(_HEADER.size - len(head))
-        if not more:
-            return None, fds
-        head += more
-    (size,) = _HEADER.unpack(head)
-    if size > _MAX_MESSAGE:
-        raise ZygoteError(f"message of {size} bytes is larger than {_MAX_MESSAGE}")
-    body = bytearray()
-    while len(body) < size:
-        chunk = sock.recv(min(size - len(body), 1 << 20))
-        if not chunk:
-            return None, fds
-        body += chunk
-    return pickle.loads(bytes(body)), fds
 
 
 # -- where a zygote lives -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dlu_prime.zygote import (
+from dlu_prime.zygote_wire import (
     DEFAULT_IDLE_S,
     DEFAULT_REFILL_QUIET_S,
     MAX_SPARES,
