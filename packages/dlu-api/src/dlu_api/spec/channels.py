@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlu_api.errors import Problem
+from dlu_api.source_tree import parse_source
 from dlu_api.spec.entrypoint import EntrypointKind, parse_entrypoint
 from dlu_api.spec.models import JobSpec
 from dlu_api.spec.plain import MAX_SPEC_BYTES
@@ -54,7 +55,7 @@ def _read_tree(path: Path) -> ast.Module | None:
     try:
         if path.stat().st_size > _MAX_SOURCE:
             return None
-        return ast.parse(path.read_text(encoding="utf-8"), str(path))
+        return parse_source(path.read_text(encoding="utf-8"), str(path))
     except (OSError, SyntaxError, ValueError, RecursionError):
         return None
 

@@ -71,6 +71,8 @@ def is_class_entrypoint(text: str, workdir: str | None) -> bool:
     import importlib.util
     import sys
 
+    from dlu_api.source_tree import parse_source
+
     entry = parse_entrypoint(text)
     if entry.kind is not EntrypointKind.OBJECT or "." in entry.attr:
         return False
@@ -80,7 +82,7 @@ def is_class_entrypoint(text: str, workdir: str | None) -> bool:
     if found is None or not found.origin or not found.origin.endswith(".py"):
         return False
     with open(found.origin, encoding="utf-8") as source:
-        tree = ast.parse(source.read())
+        tree = parse_source(source.read(), found.origin)
     return any(isinstance(node, ast.ClassDef) and node.name == entry.attr for node in tree.body)
 
 
