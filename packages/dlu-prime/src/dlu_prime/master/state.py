@@ -43,6 +43,12 @@ def role_finished(state: JobState, role: str) -> bool:
     return bool(stages) and all(stage is ActorStage.FINISH for stage in stages)
 
 
+VERSION = "_version"
+"""Where an `ActorRecord` counts its assignments: a key of its `__dict__`, no field (never
+serialised nor compared: pydantic ignores what else its `__dict__` holds). The state writer
+re-encodes an actor whose count moved (`document.py`)."""
+
+
 class ActorRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -62,6 +68,12 @@ class ActorRecord(BaseModel):
     memory_raised_at: float | None = Field(
         default=None, description="When its last memory relaunch began (one per settle period)."
     )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Assign, and count it (`VERSION`)."""
+        super().__setattr__(name, value)
+        kept = vars(self)
+        kept[VERSION] = kept.get(VERSION, 0) + 1
 
 
 class RoleRecord(BaseModel):
