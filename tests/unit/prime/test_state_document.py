@@ -19,7 +19,18 @@ from dlu_prime.testing.sim_scheduler import SimScheduler
 
 pytestmark = pytest.mark.timeout(60)
 
-NAMES = ["plain", 'quo"te', "back\\slash", "new\nline", "caf\u00e9", "\u6f22\u5b57", "tab\t", "\x01ctl"]
+NAMES = [
+    "plain",
+    "sp ace/slash",
+    "del\x7f",
+    'quo"te',
+    "back\\slash",
+    "new\nline",
+    "caf\u00e9",
+    "\u6f22\u5b57",
+    "tab\t",
+    "\x01ctl",
+]
 
 
 def _state(nodes: int = 4, ranks: int = 2) -> JobState:

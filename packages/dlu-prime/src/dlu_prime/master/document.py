@@ -23,6 +23,14 @@ _BEFORE = set(_FIELDS[: _FIELDS.index("actors")])
 _AFTER = set(_FIELDS[_FIELDS.index("actors") + 1 :])
 
 
+def _key(name: str) -> bytes:
+    """`"name":` as pydantic writes it: a plain name as it stands (nothing in it to escape),
+    any other through pydantic itself."""
+    if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
+        return b'"' + name.encode() + b'":'
+    return _KEY.dump_json(name) + b":"
+
+
 class DocumentEncoder:
     def __init__(self) -> None:
         self._actors: dict[str, tuple[ActorRecord, int, bytes]] = {}  # name -> record, version, JSON
@@ -37,7 +45,7 @@ class DocumentEncoder:
             hit = known(name)
             version = record.__dict__.get(VERSION, 0)
             if hit is None or hit[0] is not record or hit[1] != version:
-                hit = kept[name] = (record, version, _KEY.dump_json(name) + b":" + _RECORD.to_json(record))
+                hit = kept[name] = (record, version, _key(name) + _RECORD.to_json(record))
             add(hit[2])
         if len(kept) > len(parts):  # actors removed since: their JSON is not kept
             self._actors = {name: kept[name] for name in state.actors}
