@@ -10,6 +10,7 @@ world warms up: its first steps are not its speed).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,19 +66,28 @@ def world_size(state: JobState, role: str) -> int:
 
 def _sample(state: JobState) -> tuple[dict[str, list[str]], dict[str, int]]:
     """Per role, the workers of the lowest ranks (at most SAMPLED): a role's speed is the mean
-    of its actors' (the ranks of a data-parallel role share their step); and each role's size."""
-    ranks: dict[str, list[tuple[int, str]]] = {}
+    of its actors' (the ranks of a data-parallel role share their step); and each role's size.
+    A role's ranks are kept as rank -> name (a rank names one actor, `actor_name`), not as a
+    pair per actor: at 16,384 actors those pairs were the garbage that ran the collector in the
+    pass that follows a recovery."""
+    ranks: dict[str, dict[int, str]] = {}
+    counts: dict[str, int] = {}
     for name, record in state.actors.items():
-        if record.rank != SUB_MASTER_RANK:
-            ranks.setdefault(record.role, []).append((record.rank, name))
+        rank, role = record.rank, record.role
+        if rank != SUB_MASTER_RANK:
+            held = ranks.get(role)
+            if held is None:
+                held = ranks[role] = {}
+            held[rank] = name
+            counts[role] = counts.get(role, 0) + 1
     sampled: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     for spec in state.spec.roles:
-        held = sorted(ranks.get(spec.name, []))
-        sampled[spec.name] = [name for _, name in held[:SAMPLED]]
+        held = ranks.get(spec.name, {})
+        sampled[spec.name] = [held[rank] for rank in heapq.nsmallest(SAMPLED, held)]
         per = max(1, spec.per_group)
         elastic = spec.kind is RoleKind.ELASTIC
-        sizes[spec.name] = len({rank // per for rank, _ in held}) if elastic else len(held)
+        sizes[spec.name] = len({rank // per for rank in held}) if elastic else counts.get(spec.name, 0)
     return sampled, sizes
 
 

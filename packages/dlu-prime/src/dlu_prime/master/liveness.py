@@ -24,8 +24,8 @@ class Liveness:
         equal), without three walks and a copy of every actor's entry each pass."""
         running, finish = ActorStage.RUNNING, ActorStage.FINISH
         steps, final, metrics = self.steps, self.final_steps, self.metrics
-        beats_before = self.beats
-        beats: dict[str, tuple[int, float]] = {}
+        beats = self.beats
+        kept = 0  # beats kept this pass: any more in `beats` belong to actors not polled now
         unavailable = {n: t for n, t in self.unavailable.items() if n in observations}
         for name, seen in observations.items():
             if seen.metric is not None:
@@ -34,9 +34,10 @@ class Liveness:
             if stage is running:
                 final.pop(name, None)
                 if seen.watched:
-                    last_beat = beats_before.get(name)
-                    same = last_beat is not None and last_beat[0] == seen.beats
-                    beats[name] = last_beat if same and last_beat is not None else (seen.beats, now)
+                    kept += 1
+                    last_beat = beats.get(name)
+                    if last_beat is None or last_beat[0] != seen.beats:
+                        beats[name] = (seen.beats, now)
                     if not seen.steps_reported:
                         steps.pop(name, None)
                         last = None
@@ -45,10 +46,12 @@ class Liveness:
                         if last is None or last[0] != seen.step:
                             steps[name] = (seen.step, now)
                 else:
+                    beats.pop(name, None)
                     last = steps.get(name)
                     if last is None or last[0] != seen.step:
                         steps[name] = (seen.step, now)
             else:
+                beats.pop(name, None)
                 if stage is finish:
                     # Hang tracking drops a finished actor; its status still shows how far it got.
                     last_step = steps.get(name, (0, now))[0]
@@ -58,7 +61,8 @@ class Liveness:
                 unavailable.setdefault(name, now)
             elif unavailable:
                 unavailable.pop(name, None)
-        self.beats = beats
+        if len(beats) > kept:  # actors no longer polled (removed, or being resized)
+            self.beats = {name: beat for name, beat in beats.items() if name in observations}
         self.unavailable = unavailable
 
     def forget(self) -> None:

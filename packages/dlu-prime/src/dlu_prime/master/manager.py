@@ -11,8 +11,9 @@ PrimeMaster owns the job and this one must stop touching it.
 
 Around it: `executor.py` runs the commands, `monitoring.py` observes a monitoring pass,
 `resizer.py` takes `dlu scale` requests (the resize chain is the core's), `registry.py` the
-endpoints and channels, `debug.py` what `dlu debug` needs, `persistence.py` the store writes,
-`hooks.py` what reacts to changes (the log, metrics), `construction.py` a new, resumed or
+endpoints and channels, `debug.py` what `dlu debug` needs, `keeper.py` the one apply (each
+change, its write, the hooks that react), `persistence.py` the store writes, `hooks.py` what
+reacts to changes (the log, metrics), `construction.py` a new, resumed or
 rebuilt PrimeManager, `stop_requests.py` stops asked on other threads, `reports.py` what
 SubMasters only tell, `status_view.py` a status that never waits on a hung store.
 """
@@ -22,16 +23,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from dlu_api.spec.models import JobSpec
-from dlu_api.status import JobEvent, JobStage, JobStatus
+from dlu_api.status import JobStage, JobStatus
 from dlu_api.vocabulary import EventKind, InPlaceDecision
 from dlu_prime.extension import Extension
 from dlu_prime.master import construction
-from dlu_prime.master.changes import Change, Note, StageChanged, apply_change
+from dlu_prime.master.changes import Change, Note
 from dlu_prime.master.core.events import (
     Event,
     InPlaceReported,
@@ -43,7 +44,7 @@ from dlu_prime.master.core.events import (
 )
 from dlu_prime.master.debug import DebugTools
 from dlu_prime.master.executor import SUB_MASTER_FAILOVER_TIMEOUT_S, Callbacks, Executor
-from dlu_prime.master.hooks import failover_metrics, log_stage
+from dlu_prime.master.keeper import StateKeeper
 from dlu_prime.master.lifecycle import (
     ALLOWED,
     EXIT_FAILED,
@@ -61,7 +62,6 @@ from dlu_prime.master.loop import DecisionLoop
 from dlu_prime.master.metrics import JobMetrics
 from dlu_prime.master.monitor import Assessment, Failure
 from dlu_prime.master.monitoring import Monitoring
-from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.ports import StatePort
 from dlu_prime.master.registry import Registry
 from dlu_prime.master.reports import Reports
@@ -76,9 +76,9 @@ from dlu_prime.state.base import StateStore
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-ChangeHook = Callable[["PrimeManager", Change, list[JobEvent]], None]
 
 __all__ = [
+    "ALLOWED",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_STOPPED",
@@ -107,12 +107,10 @@ class PrimeManager:
         self.state = state
         self.scheduler = scheduler
         self.clock = clock
-        self.lock = threading.RLock()
-        self.writer = StateWriter(store, token, self._record_unsaved, self.wake)
         self.metrics: JobMetrics | None = None  # set by the PrimeMaster actor (Ray metrics)
-        self.hooks: list[ChangeHook] = [log_stage, failover_metrics]
-        self._batch: list[tuple[Change, list[JobEvent]]] | None = None  # applied, saved at the end
-        port = StatePort(lambda: self.state, self.lock, self.apply, self.save, self.wake, self.atomic)
+        self.keeper = keeper = StateKeeper(self, store, token, clock, self.wake)  # the one apply
+        self.lock, self.writer, self.hooks = keeper.lock, keeper.writer, keeper.hooks
+        port = StatePort(lambda: self.state, self.lock, keeper.apply, keeper.save, self.wake, keeper.atomic)
         self.monitoring = Monitoring(
             port, scheduler, clock, self.handle, lambda: self.extension is not None, lambda: self.metrics
         )
@@ -194,50 +192,31 @@ class PrimeManager:
         `construction.self_recover`). None when nothing is stored."""
         return construction.self_recover(cls, spec, scheduler, store, clock, extension)
 
-    # the one apply -----------------------------------------------------------------------------
+    # the state: changed, written and reacted to by the keeper (`keeper.py`) ---------------
     def apply(self, *changes: Change) -> None:
-        """The only code that changes the state: apply each change, save once, then let the hooks
-        react to each change with the events it recorded.
+        """Apply the changes, save once, then run the hooks (`StateKeeper.apply`).
 
         Raises:
             FencedError: another PrimeMaster wrote the state after us.
         """
-        with self.lock:
-            now = self.clock()
-            applied = [(change, apply_change(self.state, change, now)) for change in changes]
-            if self._batch is not None:
-                self._batch.extend(applied)  # saved with the rest of the batch (`atomic`)
-                return
-            self.save()
-            self._react(applied)
+        self.keeper.apply(*changes)
 
-    @contextmanager
-    def atomic(self) -> Generator[None]:
-        """Every change applied inside is saved in one write at the end: a decision and the ones
-        that follow from it at once (a pass's failure and the recovery it begins) are stored
-        together, so a PrimeMaster that dies between them loses neither (nested: the outer)."""
-        with self.lock:
-            if self._batch is not None:
-                yield
-                return
-            self._batch = []
-            try:
-                yield
-            finally:
-                applied, self._batch = self._batch, None
-                if applied:
-                    self.save()
-                    self._react(applied)
+    def atomic(self) -> AbstractContextManager[None]:
+        """Every change applied inside is saved in one write at the end (`StateKeeper.atomic`)."""
+        return self.keeper.atomic()
 
-    def _react(self, applied: list[tuple[Change, list[JobEvent]]]) -> None:
-        for change, events in applied:
-            for hook in self.hooks:
-                try:
-                    hook(self, change, events)
-                except Exception:
-                    logger.exception("job %s: a state-change hook failed", self.state.job)
+    def save(self) -> None:
+        """Write the whole document (see `StateWriter.save`)."""
+        self.keeper.save()
 
-    # persistence -------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write the state if an earlier save could not reach the store (or recorded its return)."""
+        self.keeper.flush()
+
+    def transition(self, stage: JobStage, reason: str = "", exit_code: int | None = None) -> None:
+        """The only place the job's stage changes: check, then apply (saved before anyone acts)."""
+        self.keeper.transition(stage, reason, exit_code)
+
     @property
     def token(self) -> int | None:
         return self.writer.token
@@ -245,31 +224,6 @@ class PrimeManager:
     @property
     def unsaved(self) -> bool:
         return self.writer.unsaved
-
-    def save(self) -> None:
-        """Write the whole document (see `StateWriter.save`)."""
-        with self.lock:
-            self.state.updated_at = self.clock()
-            self.writer.save(self.state)
-
-    def flush(self) -> None:
-        """Write the state if an earlier save could not reach the store (or recorded its return)."""
-        if self.writer.unsaved or self.writer.dirty:
-            self.save()
-
-    def _record_unsaved(self, kind: EventKind, message: str, duration_s: float | None) -> None:
-        """An event of the state writer itself (a store outage and its end): on the timeline at
-        once, so `dlu status` and the console show it; written with the next save."""
-        with self.lock:
-            self.state.record(kind, message, at=self.clock(), duration_s=duration_s)
-
-    def transition(self, stage: JobStage, reason: str = "", exit_code: int | None = None) -> None:
-        """The only place the job's stage changes: check, then apply (saved before anyone acts)."""
-        with self.lock:
-            current = self.state.stage
-            if stage not in ALLOWED[current]:
-                raise IllegalTransition(f"{current.value} -> {stage.value}")
-            self.apply(StageChanged(stage, reason, exit_code))
 
     # the loop: event -> decide -> apply -> execute -> outcome ---------------------------------
     def handle(self, event: Event) -> Any:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlu_api.vocabulary import EventKind
+from dlu_prime.master.document import DocumentEncoder
 from dlu_prime.master.lifecycle import FencedError
 from dlu_prime.master.state import JobState
 from dlu_prime.state.base import (
@@ -125,6 +126,7 @@ class StateWriter:
         self._reachable = threading.Event()  # set by the probe: the store answers again
         self._probe: threading.Thread | None = None
         self._closed = threading.Event()
+        self._document = DocumentEncoder()  # each actor's JSON, kept between writes
 
     def save(self, state: JobState) -> None:
         """Write the whole document; during an outage, only once the probe found the store back.
@@ -137,7 +139,7 @@ class StateWriter:
         data = b""
         try:
             self._settle(state.job)
-            data = state.dumps()
+            data = self._document.encode(state)
             try:
                 self.token = self._put(state.job, data, self.token)
             except StateConflictError:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +44,13 @@ def role_finished(state: JobState, role: str) -> bool:
     return bool(stages) and all(stage is ActorStage.FINISH for stage in stages)
 
 
+ENCODED = "_encoded"
+"""Where an `ActorRecord` keeps its JSON for the state writer (`document.py`): the name it was
+written under and the bytes. A key of its `__dict__`, no field (never serialised nor compared:
+pydantic ignores what else its `__dict__` holds), dropped by every assignment and by a copy
+with changes, so what is kept is always the record's."""
+
+
 class ActorRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -62,6 +70,18 @@ class ActorRecord(BaseModel):
     memory_raised_at: float | None = Field(
         default=None, description="When its last memory relaunch began (one per settle period)."
     )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Assign; the JSON kept for the writer (`ENCODED`) is no longer the record's."""
+        super().__setattr__(name, value)
+        vars(self).pop(ENCODED, None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; one with changes keeps no JSON (`ENCODED`)."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            vars(copied).pop(ENCODED, None)
+        return copied
 
 
 class RoleRecord(BaseModel):
