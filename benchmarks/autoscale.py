@@ -13,6 +13,7 @@ real Brain; seconds are simulated). `--ray` runs (b) on a real local two-node Ra
 
     uv run python benchmarks/autoscale.py
     uv run python benchmarks/autoscale.py --ray
+    uv run python benchmarks/autoscale.py --case a --threshold 0.3 --threshold 0.5
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dlu_api.spec.autoscale_settings import AutoscaleSettings
 from dlu_prime.testing.sim.autoscale_run import ELASTIC, WORKERS, AutoscaleSim, backlog_spec, elastic_spec
 from dlu_prime.testing.sim.workloads import BurstyQueue, ElasticSteps, step_time
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPUTE_S, COMM_S, LOW, HIGH = 1.0, 0.04, 1, 8
 RATE, TARGET_S, MAX_WORKERS = 5.0, 30.0, 16
+DEFAULT_THRESHOLD = AutoscaleSettings().marginal_threshold
 
 
 def burst(t: float) -> float:
@@ -51,17 +54,17 @@ def worst_delay(series: list[tuple[float, float, float]]) -> float:
     return worst
 
 
-def case_a(threshold: float, seconds: float = 1500) -> dict[str, float | int | str]:
-    speed = {n: 1 / step_time(n, COMPUTE_S, COMM_S) for n in range(LOW, HIGH + 1)}
+def case_a(threshold: float, seconds: float = 1500, comm_s: float = COMM_S) -> dict[str, float | int | str]:
+    speed = {n: 1 / step_time(n, COMPUTE_S, comm_s) for n in range(LOW, HIGH + 1)}
     best = max(speed, key=speed.__getitem__)
     sim = AutoscaleSim(elastic_spec(LOW, HIGH, threshold=threshold)).with_steps(
-        ElasticSteps(ELASTIC, COMPUTE_S, COMM_S)
+        ElasticSteps(ELASTIC, COMPUTE_S, comm_s)
     )
     trace = sim.run(seconds)
     reached = trace.sizes[-1][1]
     last = trace.decisions[-1][0] if trace.decisions else 0.0
     print(
-        f"(a) threshold {threshold:.0%}: compute {COMPUTE_S:g} s / N + comm {COMM_S:g} s x (N - 1), nnodes {LOW}:{HIGH}"
+        f"(a) threshold {threshold:.0%}: compute {COMPUTE_S:g} s / N + comm {comm_s:g} s x (N - 1), nnodes {LOW}:{HIGH}"
     )
     for t, message in trace.decisions:
         print(f"      t={t:5.0f}s  {message}")
@@ -189,14 +192,36 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--ray", action="store_true", help="case (b) on a real local Ray Cluster")
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=("a", "b", "c"),
+        help="run only these cases (repeatable; default all)",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        type=float,
+        help=f"marginal_threshold(s) for (a) (repeatable; default the spec's {DEFAULT_THRESHOLD:g} and 0.7)",
+    )
+    parser.add_argument(
+        "--comm",
+        type=float,
+        default=COMM_S,
+        help=f"(a)'s communication cost per added node, s (default {COMM_S:g})",
+    )
     args = parser.parse_args(argv)
     if args.ray:
         ray_case()
         return 0
-    for threshold in (0.7, 0.2):
-        case_a(threshold)
-    case_b()
-    case_c()
+    cases = set(args.case or ("a", "b", "c"))
+    if "a" in cases:
+        for threshold in args.threshold or sorted({DEFAULT_THRESHOLD, 0.7}):
+            case_a(threshold, comm_s=args.comm)
+    if "b" in cases:
+        case_b()
+    if "c" in cases:
+        case_c()
     return 0
 
 

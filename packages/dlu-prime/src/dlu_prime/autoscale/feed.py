@@ -301,7 +301,7 @@ class JobStatistics:
                     )
         return out
 
-    def take_samples(self, now: float) -> list[StatSample]:
+    def take_samples(self, now: float, min_span_s: float = 0.0) -> list[StatSample]:
         """What the Brain is sent each report: each role's speed since the last one, as the
         role's total (a simple role's actors add up; an elastic role's ranks share one step),
         and each actor's and queue's latest resource use and backlog (with the role draining it)."""
@@ -309,7 +309,7 @@ class JobStatistics:
             s.model_copy(update={"steps_per_s": s.steps_per_s * s.world_size})
             if s.role in self._simple and s.steps_per_s is not None and s.world_size
             else s
-            for s in self.meter.drain(now)
+            for s in self.meter.drain(now, min_span_s)
         ]
         used = [s.model_copy(update={"time": now}) for _, s in sorted(self.usage().items())]
         backlogs = [
