@@ -51,6 +51,15 @@ def test_a_short_window_at_the_current_size_waits_for_the_next_report_one_at_a_s
     assert final.world_size == 2
 
 
+def test_polls_between_bursts_of_relayed_steps_count_their_time() -> None:
+    """Issue 30: an elastic rank's steps reach the PrimeMaster in bursts (its agent relays them);
+    the polls that saw no new step were dropped, so 4 steps in 3 s read as 4 steps in 1 s."""
+    meter = ThroughputMeter()
+    for t, step in enumerate([0, 0, 0, 4, 4, 4, 8]):
+        meter.observe_step("t", "t-0", step, float(t), 2)
+    assert meter.by_size("t") == {2: pytest.approx(8 / 6)}
+
+
 def test_a_restart_is_not_a_measurement() -> None:
     meter = ThroughputMeter()
     meter.observe_step("t", "t-0", 100, 0.0, 2)

@@ -166,8 +166,10 @@ class JobStatistics:
                     not measuring
                     or seen is None
                     or seen.stage is not ActorStage.RUNNING
-                    or not seen.steps_reported
+                    or not (seen.steps_reported or seen.step > 0)
                 ):
+                    # an elastic rank's agent relays its process's steps without being judged by
+                    # them (steps_reported stays False): its step counts all the same
                     self.meter.forget_actor(role, name)  # the next interval starts afresh
                     continue
                 self.meter.observe_step(role, name, seen.step, now, self._sizes[role])
