@@ -9,10 +9,14 @@
     SQLite file): the size it starts at, and when.
 
 On the simulated scheduler and clock by default (the real PrimeManager, its decision core and the
-real Brain; seconds are simulated). `--ray` runs (b) on a real local two-node Ray Cluster.
+real Brain; seconds are simulated). `--ray` runs (b) on a real local two-node Ray Cluster, and
+(a) and (c) with `--case a` / `--case c` (an elastic role of 1:4 nodes whose step sleeps
+1 s / N + 0.15 s x (N - 1); about 2.5 and 5 minutes).
 
     uv run python benchmarks/autoscale.py
     uv run python benchmarks/autoscale.py --ray
+    uv run python benchmarks/autoscale.py --ray --case a --case c
+    uv run python benchmarks/autoscale.py --case a --threshold 0.3 --threshold 0.5
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dlu_api.spec.autoscale_settings import AutoscaleSettings
 from dlu_prime.testing.sim.autoscale_run import ELASTIC, WORKERS, AutoscaleSim, backlog_spec, elastic_spec
 from dlu_prime.testing.sim.workloads import BurstyQueue, ElasticSteps, step_time
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPUTE_S, COMM_S, LOW, HIGH = 1.0, 0.04, 1, 8
 RATE, TARGET_S, MAX_WORKERS = 5.0, 30.0, 16
+DEFAULT_THRESHOLD = AutoscaleSettings().marginal_threshold
 
 
 def burst(t: float) -> float:
@@ -51,17 +57,17 @@ def worst_delay(series: list[tuple[float, float, float]]) -> float:
     return worst
 
 
-def case_a(threshold: float, seconds: float = 1500) -> dict[str, float | int | str]:
-    speed = {n: 1 / step_time(n, COMPUTE_S, COMM_S) for n in range(LOW, HIGH + 1)}
+def case_a(threshold: float, seconds: float = 1500, comm_s: float = COMM_S) -> dict[str, float | int | str]:
+    speed = {n: 1 / step_time(n, COMPUTE_S, comm_s) for n in range(LOW, HIGH + 1)}
     best = max(speed, key=speed.__getitem__)
     sim = AutoscaleSim(elastic_spec(LOW, HIGH, threshold=threshold)).with_steps(
-        ElasticSteps(ELASTIC, COMPUTE_S, COMM_S)
+        ElasticSteps(ELASTIC, COMPUTE_S, comm_s)
     )
     trace = sim.run(seconds)
     reached = trace.sizes[-1][1]
     last = trace.decisions[-1][0] if trace.decisions else 0.0
     print(
-        f"(a) threshold {threshold:.0%}: compute {COMPUTE_S:g} s / N + comm {COMM_S:g} s x (N - 1), nnodes {LOW}:{HIGH}"
+        f"(a) threshold {threshold:.0%}: compute {COMPUTE_S:g} s / N + comm {comm_s:g} s x (N - 1), nnodes {LOW}:{HIGH}"
     )
     for t, message in trace.decisions:
         print(f"      t={t:5.0f}s  {message}")
@@ -162,6 +168,127 @@ cluster.shutdown()
 """
 
 
+RAY_A_SCRIPT = r"""
+import json, sys, time
+from pathlib import Path
+from dlu_prime.ray_env import pin_loopback
+import ray
+from ray.cluster_utils import Cluster
+from dlu_api.spec import spec_from_dict
+from dlu_prime import launcher
+from dlu_prime.naming import NAMESPACE
+
+root, compute, comm, high, budget, runs, brain_url = (
+    Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]),
+    sys.argv[7] or None)
+with pin_loopback():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                      "node_ip_address": "127.0.0.1"})
+    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1")
+    ray.init(address=cluster.address, namespace=NAMESPACE)
+autoscale = {"mode": "cluster" if brain_url else "single-job", "settle_s": 3, "measure_s": 6}
+if brain_url:
+    autoscale["brain_url"] = brain_url
+out = []
+for run in range(runs):
+    spec = spec_from_dict({
+        "name": "autoscale-curve", "device_type": "CPU", "device_per_node": 0,
+        "master": {"cpu": 0.1}, "health": {"monitor_interval_s": 0.5, "stall_timeout_s": None},
+        "env": {"CURVE_COMPUTE_S": compute, "CURVE_COMM_S": comm, "CURVE_END": str(time.time() + budget)},
+        "roles": [{"name": "train", "kind": "elastic", "entrypoint": "autoscale_workloads:curve",
+                   "resources": {"cpu": 0.25}, "resizable": True,
+                   "elastic": {"nnodes": f"1:{high}", "nproc_per_node": 1, "start_timeout_s": 20,
+                               "node_check": {"enabled": False}}}],
+        "autoscale": autoscale,
+    })
+    started = time.monotonic()
+    final = launcher.run_job(spec, str(root / "tests" / "integration"))
+    out.append({"exit_code": final.exit_code, "reason": final.reason, "wall_s": time.monotonic() - started,
+                "events": [[e.time, e.kind, e.message] for e in final.events]})
+print(json.dumps(out))
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def _ray_script(script: str, *args: str, timeout_s: float = 900) -> object:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from short_tmp import short_tmp_dir  # pyright: ignore[reportMissingImports]
+
+    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-asb-")}
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-3000:])
+        raise SystemExit(1)
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith(("{", "["))][-1])
+
+
+def _decisions(events: list[list[object]], t0: float) -> list[str]:
+    return [
+        f"      t={float(str(t)) - t0:5.1f}s  {kind}: {message}"
+        for t, kind, message in events
+        if str(kind).startswith(("autoscale", "resize_done"))
+    ]
+
+
+def _settled(events: list[list[object]]) -> tuple[int | None, float]:
+    """The size the last resize left the role at, and when (from the resize_done messages)."""
+    import re
+
+    size, when = None, 0.0
+    for t, kind, message in events:
+        found = re.search(r"(?:world|resize) (\d+) -> (\d+)", str(message)) if kind == "resize_done" else None
+        if found:
+            size, when = int(found.group(2)), float(str(t))
+    return size, when
+
+
+def ray_case_a(compute_s: float = 1.0, comm_s: float = 0.15, high: int = 4, budget_s: float = 150.0) -> None:
+    """(a) on a real two-node Ray Cluster: an elastic role of 1:`high` nodes (one rank each) whose
+    step sleeps compute / N + comm x (N - 1), auto-scaled single-job from MAX for `budget_s`."""
+    speed = {n: 1 / step_time(n, compute_s, comm_s) for n in range(1, high + 1)}
+    best = max(speed, key=speed.__getitem__)
+    runs = _ray_script(RAY_A_SCRIPT, str(compute_s), str(comm_s), str(high), str(budget_s), "1", "")
+    (run,) = runs  # type: ignore[misc]
+    events = run["events"]
+    t0 = events[0][0]
+    print(f"(a, Ray) compute {compute_s:g} s / N + comm {comm_s:g} s x (N - 1), nnodes 1:{high}, a real two-node "
+          f"Cluster: exit {run['exit_code']} in {run['wall_s']:.0f} s")  # fmt: skip
+    print("\n".join(_decisions(events, t0)))
+    size, when = _settled(events)
+    reached = size if size is not None else high
+    print(f"    reached {reached} nodes ({speed[reached]:.2f} steps/s by the curve) at t={when - t0 if size else 0:.0f}s; "
+          f"best {best} nodes ({speed[best]:.2f} steps/s): {speed[reached] / speed[best]:.0%} of it")  # fmt: skip
+
+
+def ray_case_c(compute_s: float = 1.0, comm_s: float = 0.15, high: int = 4, budget_s: float = 150.0) -> None:
+    """(c) on a real two-node Ray Cluster: the job of (a, Ray) twice in cluster mode with a real
+    Brain in this process (a temporary SQLite file): the size and time of the second run's start."""
+    from dlu_brain import Brain, BrainDatabase, BrainServer
+
+    server = BrainServer(Brain(BrainDatabase(f"sqlite:///{tempfile.mkdtemp()}/brain.sqlite")))
+    server.serve_in_thread()
+    try:
+        runs = _ray_script(
+            RAY_A_SCRIPT, str(compute_s), str(comm_s), str(high), str(budget_s), "2", server.url
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    for number, run in enumerate(runs, start=1):  # type: ignore[arg-type]
+        events = run["events"]
+        starts = [e for e in events if e[1] == "job_created" or e[1] == "job_resumed"]
+        t0 = starts[-1][0] if starts else events[0][0]
+        mine = [e for e in events if e[0] >= t0]
+        print(f"(c, Ray) run {number} with the Brain: exit {run['exit_code']} in {run['wall_s']:.0f} s")
+        print("\n".join(_decisions(mine, t0)))
+        size, when = _settled(mine)
+        print(
+            f"    settled at {size if size is not None else high} nodes by t={when - t0 if size else 0:.0f}s"
+        )
+
+
 def ray_case(items: int = 80) -> None:
     """(b) on a real two-node Ray Cluster: one burst of `items` items, half a second each."""
     sys.path.insert(0, str(ROOT / "tests"))
@@ -188,15 +315,45 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--ray", action="store_true", help="case (b) on a real local Ray Cluster")
+    parser.add_argument(
+        "--ray", action="store_true", help="on a real local Ray Cluster: (b), or the cases --case names"
+    )
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=("a", "b", "c"),
+        help="run only these cases (repeatable; default all)",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        type=float,
+        help=f"marginal_threshold(s) for (a) (repeatable; default the spec's {DEFAULT_THRESHOLD:g} and 0.7)",
+    )
+    parser.add_argument(
+        "--comm",
+        type=float,
+        default=COMM_S,
+        help=f"(a)'s communication cost per added node, s (default {COMM_S:g})",
+    )
     args = parser.parse_args(argv)
     if args.ray:
-        ray_case()
+        cases = set(args.case or ("b",))
+        if "a" in cases:
+            ray_case_a()
+        if "b" in cases:
+            ray_case()
+        if "c" in cases:
+            ray_case_c()
         return 0
-    for threshold in (0.7, 0.2):
-        case_a(threshold)
-    case_b()
-    case_c()
+    cases = set(args.case or ("a", "b", "c"))
+    if "a" in cases:
+        for threshold in args.threshold or sorted({DEFAULT_THRESHOLD, 0.7}):
+            case_a(threshold, comm_s=args.comm)
+    if "b" in cases:
+        case_b()
+    if "c" in cases:
+        case_c()
     return 0
 
 

@@ -33,3 +33,17 @@ def drain() -> None:
         time.sleep(0.5)
         done += 1
         heartbeat(done)
+
+
+def curve() -> None:
+    """An elastic rank (one per node) whose step takes CURVE_COMPUTE_S / N + CURVE_COMM_S x (N - 1)
+    at N nodes (a fixed global batch shared by the nodes, a communication cost growing with N),
+    a heartbeat each, until the wall-clock time CURVE_END: every rank of every world ends then."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    pause = float(os.environ["CURVE_COMPUTE_S"]) / world + float(os.environ["CURVE_COMM_S"]) * (world - 1)
+    end = float(os.environ["CURVE_END"])
+    step = 0
+    while time.time() < end:
+        time.sleep(pause)
+        step += 1
+        heartbeat(step)

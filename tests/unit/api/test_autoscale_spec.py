@@ -49,7 +49,7 @@ def problems(data: dict[str, Any]) -> list[str]:
 def test_off_by_default_so_sizes_change_only_when_asked() -> None:
     settings = spec_from_dict(spec()).autoscale
     assert settings.mode is AutoscaleMode.OFF and not settings.on
-    assert settings.marginal_threshold == 0.7 and settings.backlog_roles == {}
+    assert settings.marginal_threshold == 0.3 and settings.backlog_roles == {}
 
 
 def test_the_switch_is_in_the_json_schema() -> None:

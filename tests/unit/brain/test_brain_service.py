@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlu_brain import AdminSettings, Brain, BrainDatabase
+from dlu_brain import AdminSettings, Brain, BrainDatabase, OptimizerSettings
 from dlu_prime.brain_port import JobRegistration, PlanOutcome, RoleShape, StatSample
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,10 +42,25 @@ def test_a_new_job_starts_at_the_size_that_was_best_last_time(brain: Brain) -> N
         seq += 3
     brain.end_job("lm", "r1", "succeeded")
     first = brain.start_job(reg("r2")).roles
-    assert [(p.role, p.size, p.algorithm) for p in first] == [("trainer", 3, "history_best_size")]
-    assert "best of finished runs" in first[0].reason
+    # the default threshold (30% of linear): 5 nodes, 94% of the fastest (7); a 6th brings 23% of linear
+    assert [(p.role, p.size, p.algorithm) for p in first] == [("trainer", 5, "history_best_size")]
+    assert "best of finished runs" in first[0].reason and COMM[5] >= 0.9 * COMM[7]
     other = brain.start_job(reg("r1", name="other")).roles  # another name, same signature
-    assert [p.size for p in other] == [3]
+    assert [p.size for p in other] == [5]
+
+
+def test_the_brains_threshold_is_its_own_setting(tmp_path: Path) -> None:
+    strict = Brain(
+        BrainDatabase(f"sqlite:///{tmp_path / 'brain.sqlite'}"),
+        AdminSettings(min_samples=3),
+        optimizer_settings=OptimizerSettings(linear_threshold=0.7),
+    )
+    strict.resume()
+    strict.start_job(reg("r1"))
+    for size in range(1, 9):
+        strict.add_samples("lm", "r1", speeds(1 + 3 * (size - 1), size, COMM[size]))
+    strict.end_job("lm", "r1", "succeeded")
+    assert [p.size for p in strict.start_job(reg("r2")).roles] == [3]  # 3 -> 4 keeps 58% of linear
 
 
 def test_measured_sizes_drive_marginal_scaling(brain: Brain) -> None:

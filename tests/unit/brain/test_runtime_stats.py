@@ -31,6 +31,35 @@ def test_throughput_per_world_size_from_heartbeats_and_samples() -> None:
     assert meter.by_size("t")[2] == pytest.approx(64.0)  # the totals stay
 
 
+def test_a_short_window_at_the_current_size_waits_for_the_next_report_one_at_a_size_left_is_sent() -> None:
+    """Issue 30: the Brain averages the samples it gets; the short first window after a resize
+    (a few whole steps) weighed as much as a full one and pulled a size's speed down by 7%."""
+    meter = ThroughputMeter()
+    meter.observe_step("t", "t-0", 0, 0.0, 4)
+    meter.observe_step("t", "t-0", 2, 1.0, 4)  # one second measured: 2 steps/s
+    assert meter.drain(now=1.0, min_span_s=10.0) == []  # kept: too short to stand alone
+    for t in range(2, 12):
+        meter.observe_step("t", "t-0", 2 + 3 * (t - 1), float(t), 4)  # then 3 steps/s
+    (sample,) = meter.drain(now=11.0, min_span_s=10.0)
+    assert sample.world_size == 4 and sample.steps_per_s == pytest.approx(32 / 11)  # one window of 11 s
+    meter.observe_step("t", "t-0", 40, 12.0, 4)
+    meter.observe_step("t", "t-0", 41, 13.0, 2)  # resized to 2: the size-4 window is done
+    (left,) = meter.drain(now=13.0, min_span_s=10.0)
+    assert left.world_size == 4 and left.steps_per_s == pytest.approx(40 - 32)
+    meter.observe_step("t", "t-0", 43, 14.0, 2)
+    (final,) = meter.drain(now=14.0)  # the job's last report sends what it has
+    assert final.world_size == 2
+
+
+def test_polls_between_bursts_of_relayed_steps_count_their_time() -> None:
+    """Issue 30: an elastic rank's steps reach the PrimeMaster in bursts (its agent relays them);
+    the polls that saw no new step were dropped, so 4 steps in 3 s read as 4 steps in 1 s."""
+    meter = ThroughputMeter()
+    for t, step in enumerate([0, 0, 0, 4, 4, 4, 8]):
+        meter.observe_step("t", "t-0", step, float(t), 2)
+    assert meter.by_size("t") == {2: pytest.approx(8 / 6)}
+
+
 def test_a_restart_is_not_a_measurement() -> None:
     meter = ThroughputMeter()
     meter.observe_step("t", "t-0", 100, 0.0, 2)

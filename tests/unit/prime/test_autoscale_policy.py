@@ -3,6 +3,8 @@ elastic role, backlog sizing for a worker role, never outside min:max, never a s
 
 from __future__ import annotations
 
+import pytest
+
 from dlu_api.spec.autoscale_settings import AutoscaleSettings
 from dlu_prime.autoscale.policy import RoleView, backlog_target, choose, elastic_size
 from dlu_prime.stats import explore_scaling
@@ -68,10 +70,26 @@ def test_a_communication_bound_job_settles_where_the_threshold_says_from_both_en
     by = speeds(1.0, 0.04, range(1, 9))  # best throughput at 5 nodes
     best = max(by, key=by.__getitem__)
     assert 1 < best < 8
-    for threshold, expected in ((0.7, 2), (0.2, 4)):
+    for threshold, expected in ((0.7, 2), (0.4, 3), (0.3, 4), (0.2, 4)):
         assert _climb(1, threshold, by)[0] == expected
         assert _climb(8, threshold, by)[0] == expected
-    assert by[4] >= 0.9 * by[best]  # a low threshold lands within 10% of the best throughput
+    assert by[4] >= 0.9 * by[best] > by[3]  # 0.3 lands within 10% of the best throughput, 0.4 does not
+
+
+@pytest.mark.parametrize("comm_s", [0.02, 0.04, 0.08])
+def test_the_default_threshold_lands_within_10_percent_of_the_best_and_refuses_a_node_that_brings_little(
+    comm_s: float,
+) -> None:
+    """Issue 30 (a): the spec's default, from both ends, on three communication costs."""
+    by = speeds(1.0, comm_s, range(1, 9))
+    best = max(by, key=by.__getitem__)
+    assert 1 < best < 8
+    default = AutoscaleSettings().marginal_threshold
+    for start in (1, 8):
+        size, _ = _climb(start, default, by)
+        assert by[size] >= 0.9 * by[best], (comm_s, start, size)
+        grown = (by[size + 1] - by[size]) / (by[size] / size)  # what the next node brings, of linear
+        assert grown < default, (comm_s, size, grown)
 
 
 def test_backlog_sizing_counts_what_arrives_meanwhile() -> None:

@@ -4,12 +4,14 @@ removed first, and an actor given its role's amount again goes back to its role'
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_prime.scheduler import ray_scheduler
+from dlu_prime.scheduler.memory_groups import vacated
 from dlu_prime.scheduler.placement import GroupPlan
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 
@@ -66,3 +68,64 @@ def test_a_rebuilt_scheduler_told_the_override_removes_the_adopted_group_on_the_
     found.set_memory({NAME: 1152 * MiB})  # then a later relaunch
     found.memory_groups.sized(base)
     assert seen["removed"] == [f"lm.pg.prep.1.mem{768 * MiB}"]
+
+
+def test_the_group_an_actor_left_is_given_back_once_no_actor_of_the_job_is_left_in_it(
+    scheduler: tuple[RayScheduler, dict[str, list[Any]]],
+) -> None:
+    """Issue 30: the role's bundle of a relaunched actor stayed reserved until the job ended."""
+    found, seen = scheduler
+    plans = found._by_name  # pyright: ignore[reportPrivateUsage]
+    found.set_memory({NAME: 768 * MiB})
+    found.memory_groups.sized(plans[NAME], plans)
+    assert seen["removed"] == []  # lm.prep.0 is still in the role's group: removing it would kill it
+    assert not found.memory_groups.vacated(plans, "prep")
+    found.set_memory({"lm.prep.0": 768 * MiB})
+    found.memory_groups.sized(plans["lm.prep.0"], plans)
+    assert seen["removed"] == ["lm.pg.prep"] and found.memory_groups.released == {"prep"}
+    found.memory_groups.sized(plans["lm.prep.0"], plans)  # a later incarnation: given back again (idempotent)
+    assert seen["removed"] == ["lm.pg.prep", "lm.pg.prep"]
+    found.set_memory({NAME: 512 * MiB})  # back at its role's memory: the role's group is asked for again
+    assert found.memory_groups.sized(plans[NAME], plans) == plans[NAME]
+    assert seen["placed"][-1] == "prep" and found.memory_groups.released == set()
+    assert seen["removed"][-1] == f"lm.pg.prep.1.mem{768 * MiB}"
+
+
+def test_a_node_group_of_an_elastic_role_is_never_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    removed: list[str] = []
+    spec = spec_from_dict(
+        {
+            "name": "lm",
+            "roles": [
+                {
+                    "name": "train",
+                    "kind": "elastic",
+                    "entrypoint": "m:f",
+                    "elastic": {"nnodes": "1:2"},
+                    "resources": {"memory": "512MiB"},
+                }
+            ],
+        }
+    )
+    found = RayScheduler(spec)
+    monkeypatch.setattr(found, "_wait_placement", lambda groups=None: None)
+    monkeypatch.setattr(ray_scheduler, "remove_group", removed.append)
+    plans = found._by_name  # pyright: ignore[reportPrivateUsage]
+    (rank,) = [p for p in plans.values() if p.node_rank == 0]
+    found.set_memory({rank.name: 768 * MiB})
+    found.memory_groups.sized(rank, plans)
+    assert removed == [] and not found.memory_groups.vacated(plans, rank.group)
+
+
+@pytest.mark.parametrize(
+    ("moved", "expected"),
+    [((), False), (("a",), False), (("a", "b"), True), (("a", "b", "c"), True)],
+)
+def test_a_group_is_vacated_when_every_actor_planned_in_it_has_moved(
+    scheduler: tuple[RayScheduler, dict[str, list[Any]]], moved: tuple[str, ...], expected: bool
+) -> None:
+    found, _ = scheduler
+    base = found._by_name[NAME]  # pyright: ignore[reportPrivateUsage]
+    plans = {"a": base, "b": base, "c": replace(base, group="other")}
+    assert vacated(plans, moved, "prep") is expected
+    assert not vacated(plans, moved, "nobody")  # a group no actor is planned in is not ours to give back

@@ -21,6 +21,10 @@ from pydantic import Field, field_validator
 from dlu_api.spec.model_base import MAX_SECONDS, SpecModel
 
 BRAIN_URL_ENV = "DLU_BRAIN_URL"
+# A step that adds a node must bring 30% of what linear scaling would: low enough that a job whose
+# speed peaks inside its nnodes MIN:MAX settles within 10% of its fastest size, high enough that
+# a node bringing a tenth of its share is refused (docs/autoscaling.md has the measurements).
+DEFAULT_MARGINAL_THRESHOLD = 0.3
 
 
 class AutoscaleMode(StrEnum):
@@ -39,7 +43,7 @@ class AutoscaleSettings(SpecModel):
         "or cluster (the Brain plans, the PrimeMaster executes).",
     )
     marginal_threshold: float = Field(
-        default=0.7,
+        default=DEFAULT_MARGINAL_THRESHOLD,
         allow_inf_nan=False,
         description="An elastic role grows while the added nodes keep at least this share of "
         "linear scaling (0 < t <= 1), and shrinks back from a size that did not.",
@@ -81,7 +85,7 @@ class AutoscaleSettings(SpecModel):
         if not 0 < value <= 1:
             raise ValueError(
                 f"autoscale.marginal_threshold {value:g} is outside (0, 1]: it is the share of linear "
-                "scaling the added nodes must keep; give e.g. 0.7 (70% of linear)"
+                "scaling the added nodes must keep; give e.g. 0.3 (30% of linear, the default)"
             )
         return value
 

@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 QUEUE_POLL_S = 5.0  # the queues' backlogs are asked at most this often
 REPORT_S = 10.0  # statistics go to the Brain at most this often
+# A role's speed is sent once measured over this long at its size (the Brain averages the
+# samples it gets: a window of a few whole steps must not weigh as much as a full one).
+MIN_WINDOW_S = 5.0
 PLAN_POLL_S = 10.0  # the Brain's plan is asked at most this often
 METRICS_S = 5.0  # the statistics' metrics are set at most this often (one series per actor)
 
@@ -115,7 +118,7 @@ class Autoscaler:
         if now >= self._next_report:
             self._next_report = now + REPORT_S
             with self._lock:
-                samples = self.stats.take_samples(now)
+                samples = self.stats.take_samples(now, min_span_s=MIN_WINDOW_S)
             brain.report(samples)
         self._ended(state, brain)
         self._fetch_plans(brain, now)

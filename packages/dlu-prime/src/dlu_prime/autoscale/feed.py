@@ -176,8 +176,10 @@ class JobStatistics:
                     not measuring
                     or seen is None
                     or seen.stage is not ActorStage.RUNNING
-                    or not seen.steps_reported
+                    or not (seen.steps_reported or seen.step > 0)
                 ):
+                    # an elastic rank's agent relays its process's steps without being judged by
+                    # them (steps_reported stays False): its step counts all the same
                     self.meter.forget_actor(role, name)  # the next interval starts afresh
                     continue
                 self.meter.observe_step(role, name, seen.step, now, self._sizes[role])
@@ -311,7 +313,7 @@ class JobStatistics:
                     )
         return out
 
-    def take_samples(self, now: float) -> list[StatSample]:
+    def take_samples(self, now: float, min_span_s: float = 0.0) -> list[StatSample]:
         """What the Brain is sent each report: each role's speed since the last one, as the
         role's total (a simple role's actors add up; an elastic role's ranks share one step),
         and each actor's and queue's latest resource use and backlog (with the role draining it)."""
@@ -319,7 +321,7 @@ class JobStatistics:
             s.model_copy(update={"steps_per_s": s.steps_per_s * s.world_size})
             if s.role in self._simple and s.steps_per_s is not None and s.world_size
             else s
-            for s in self.meter.drain(now)
+            for s in self.meter.drain(now, min_span_s)
         ]
         used = [s.model_copy(update={"time": now}) for _, s in sorted(self.usage().items())]
         backlogs = [

@@ -69,12 +69,30 @@ def resumed_state(spec: JobSpec, old: JobState) -> JobState:
     for name, record in old.roles.items():
         if name in state.roles:
             state.roles[name].restart_count = record.restart_count
+    for name, amount in kept_memory(spec, old).items():
+        state.actors[name].memory = amount
     # The timeline continues: its numbering too (a reader that asks for the events after N
     # must never see a resumed run's events reuse the numbers of the stored run's).
     state.events = list(old.events)
     state.event_seq = old.event_seq
     state.first_failure = old.first_failure
     return state
+
+
+def kept_memory(spec: JobSpec, old: JobState) -> dict[str, int]:
+    """The memory overrides of the stored run that the resumed one keeps: an actor that needed
+    more memory needs it again. Kept for an actor of the same role in the new run, while its
+    role still asks for memory and less than the override (a spec that asks for as much or more
+    now, or for none, decides)."""
+    fresh = {a.name: a.role for a in plan_placement(spec).actors}
+    kept: dict[str, int] = {}
+    for name, record in old.actors.items():
+        if record.memory is None or fresh.get(name) != record.role:
+            continue
+        asked = spec.role(record.role).resources.memory
+        if 0 < asked < record.memory:
+            kept[name] = record.memory
+    return kept
 
 
 def resume_problem(spec: JobSpec, old: JobState | None) -> str | None:

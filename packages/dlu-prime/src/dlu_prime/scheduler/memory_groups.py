@@ -1,13 +1,28 @@
 """The actors a memory relaunch gave more memory, each in a placement group of its own of that
 size (`placement.memory_actor`): a placement group's bundles cannot grow, and the role's bundle
-was sized for the old amount. Ray's calls are the caller's (`place`, `remove`)."""
+was sized for the old amount. Ray's calls are the caller's (`place`, `remove`).
+
+The group an actor leaves is given back once none of the job's actors is left in it (Ray
+gives a group's bundles back only with the whole group; removing it while other actors sit in
+it would kill them), and asked for again, whole, when one of its actors comes back to its
+role's memory. A node group of an elastic role is kept: it is how the job holds that node."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Collection, Mapping
 
 from dlu_api.spec.models import JobSpec
 from dlu_prime.scheduler.placement import ActorPlan, GroupPlan, memory_actor
+
+logger = logging.getLogger(__name__)
+
+
+def vacated(plans: Mapping[str, ActorPlan], moved: Collection[str], group: str) -> bool:
+    """Every actor planned in `group` has moved to a group of its own (`moved`): no actor of the
+    job is left in it. Pure."""
+    planned = [name for name, plan in plans.items() if plan.group == group]
+    return bool(planned) and all(name in moved for name in planned)
 
 
 class MemoryGroups:
@@ -17,13 +32,19 @@ class MemoryGroups:
         extra_groups: dict[str, GroupPlan],
         place: Callable[[GroupPlan], None],
         remove: Callable[[GroupPlan], None],
+        *,
+        group_of: Callable[[str], GroupPlan] | None = None,
+        kept: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self.spec = spec
         self._extra = extra_groups  # the scheduler's groups beyond the spec's: these join them
         self._place = place
         self._remove = remove
+        self._group_of = group_of  # a group's plan by name (None: the groups are never given back)
+        self._kept = kept  # groups never given back (the node groups of elastic roles)
         self._memory: dict[str, int] = {}  # actor -> the memory a relaunch gave it (bytes)
         self._groups: dict[str, GroupPlan] = {}  # actor -> its own group of that size
+        self.released: set[str] = set()  # the groups given back that no actor of the job was left in
 
     def set(self, plans: Mapping[str, ActorPlan], memory: Mapping[str, int]) -> None:
         """`Scheduler.set_memory`: from the next incarnation of each named worker on."""
@@ -38,14 +59,22 @@ class MemoryGroups:
             if name not in self._groups:  # its group now (a rebuilt PrimeMaster adopts it by name)
                 self._groups[name] = memory_actor(self.spec, plan, amount)[0]
 
-    def sized(self, plan: ActorPlan) -> ActorPlan:
+    def vacated(self, plans: Mapping[str, ActorPlan], group: str) -> bool:
+        """No actor of the job is left in `group` (and it may be given back)."""
+        return group not in self._kept() and vacated(plans, self._memory, group)
+
+    def sized(self, plan: ActorPlan, plans: Mapping[str, ActorPlan] | None = None) -> ActorPlan:
         """`plan` with the memory a relaunch gave the actor, in a group of that size (created and
-        placed now; a group of another size the actor had is removed first)."""
+        placed now; a group of another size the actor had is removed first). Once it is placed,
+        the group it left is given back if no actor of the job is left in it (`plans`: every
+        actor's own plan); an actor back at its role's memory has that group asked for again."""
         amount = self._memory.get(plan.name)
         old = self._groups.get(plan.name)
         if amount is None:
             if old is not None:
                 self._drop(plan.name)
+            if old is not None or plan.group in self.released:
+                self._reclaim(plan.group)
             return plan
         group, sized = memory_actor(self.spec, plan, amount)
         if old is not None and old.name != group.name:
@@ -53,6 +82,8 @@ class MemoryGroups:
         self._groups[plan.name] = group
         self._extra[group.name] = group
         self._place(group)
+        if plans is not None and self._group_of is not None and self.vacated(plans, plan.group):
+            self._release(plan.group)
         return sized
 
     def forget(self, name: str) -> None:
@@ -65,3 +96,19 @@ class MemoryGroups:
         if group is not None:
             self._extra.pop(group.name, None)
             self._remove(group)
+
+    def _release(self, name: str) -> None:
+        """Give back a group no actor of the job is left in (idempotent: also on every later
+        incarnation, so a PrimeMaster that died before giving it back has it given back)."""
+        assert self._group_of is not None
+        self._remove(self._group_of(name))
+        if name not in self.released:
+            self.released.add(name)
+            logger.info("gave back placement group %s: every actor in it has one of its own", name)
+
+    def _reclaim(self, name: str) -> None:
+        """An actor back at its role's memory goes back to the group it left: ask for it again
+        (adopted by name where it is still there) and wait for it."""
+        if self._group_of is not None:
+            self.released.discard(name)
+            self._place(self._group_of(name))

@@ -87,7 +87,12 @@ class RayScheduler(Scheduler):
         }
         self.node_groups = NodeGroups(spec, self.plan, self._placement_group)
         self.memory_groups = MemoryGroups(
-            spec, self._extra_groups, lambda group: self._wait_placement([group]), self._drop_group
+            spec,
+            self._extra_groups,
+            lambda group: self._wait_placement([group]),
+            self._drop_group,
+            group_of=self._group_plan,
+            kept=self.node_groups.names,
         )
 
     # placement -------------------------------------------------------------------------------
@@ -129,7 +134,7 @@ class RayScheduler(Scheduler):
     # actors ----------------------------------------------------------------------------------
     def _create_actor(self, plan: ActorPlan) -> Any:
         actor_class = self._actor_class_for(self.spec.role(plan.role))
-        plan = self.memory_groups.sized(plan)
+        plan = self.memory_groups.sized(plan, self._by_name)
         group = self._placement_group(plan.group)
         return create_worker(self.spec, plan, actor_class, group, self.workdir, self.run_id)
 
@@ -147,7 +152,8 @@ class RayScheduler(Scheduler):
 
     def prepare(self) -> dict[str, str | None]:
         per_node = self.node_groups.names()
-        self._wait_placement([g for g in self.plan.groups if g.name not in per_node])
+        vacated = {g.name for g in self.plan.groups if self.memory_groups.vacated(self._by_name, g.name)}
+        self._wait_placement([g for g in self.plan.groups if g.name not in per_node | vacated])
         starts, problem = self.node_groups.wait_start()
         if problem is not None:
             raise SchedulingError(problem)

@@ -18,12 +18,22 @@ class _Pool:
     step_time: float = 0.0
     samples: float = 0.0
     sample_time: float = 0.0
+    since: float | None = None  # the first and last moment measured
+    until: float | None = None
 
     def add(self, other: _Pool) -> None:
         self.steps += other.steps
         self.step_time += other.step_time
         self.samples += other.samples
         self.sample_time += other.sample_time
+
+    def spans(self, then: float, now: float) -> None:
+        self.since = then if self.since is None else min(self.since, then)
+        self.until = now if self.until is None else max(self.until, now)
+
+    @property
+    def span_s(self) -> float:
+        return self.until - self.since if self.since is not None and self.until is not None else 0.0
 
     @property
     def steps_per_s(self) -> float | None:
@@ -64,11 +74,15 @@ class ThroughputMeter:
         if before is None:
             return
         last, then, size = before
-        if size != world_size or step <= last or now <= then:
+        if size != world_size or step < last or now <= then:
             return  # a resize or a restart in between: not a measurement
+        # A step that did not move is a measurement too (time, no steps): an elastic rank's agent
+        # relays its process's steps in bursts, and dropping the polls between them read 1.9
+        # steps/s where the rank ran at 1.4.
         for pool in meter.pool(world_size):
             pool.steps += step - last
             pool.step_time += now - then
+            pool.spans(then, now)
 
     def observe_samples(self, role: str, count: int, now: float, world_size: int) -> None:
         """`count` samples the role consumed since the previous call (the samples hook)."""
@@ -79,6 +93,7 @@ class ThroughputMeter:
         for pool in meter.pool(world_size):
             pool.samples += count
             pool.sample_time += now - before[0]
+            pool.spans(before[0], now)
 
     def forget_actor(self, role: str, actor: str) -> None:
         """An actor that left (or restarts): its next heartbeat starts afresh."""
@@ -106,12 +121,22 @@ class ThroughputMeter:
             for size, pool in sorted(meter.total.items())
         ]
 
-    def drain(self, now: float) -> list[StatSample]:
-        """The speed of each role since the previous drain, one sample per world size it ran at."""
+    def drain(self, now: float, min_span_s: float = 0.0) -> list[StatSample]:
+        """The speed of each role since the previous drain, one sample per world size it ran at.
+
+        A window measured over less than `min_span_s` at the size the role runs at now is kept
+        for the next drain: a reader that averages samples (the Brain) would give a few steps
+        counted in whole numbers the weight of a full window (one such window after each resize
+        read 2.5 steps/s where the role ran at 2.7). One at a size the role has left is sent."""
         out: list[StatSample] = []
         for role, meter in sorted(self._roles.items()):
+            current = {size for _, _, size in meter.last_step.values()}
+            kept: dict[int, _Pool] = {}
             for size, pool in sorted(meter.window.items()):
                 if pool.steps_per_s is None and pool.samples_per_s is None:
+                    continue
+                if pool.span_s < min_span_s and size in current:
+                    kept[size] = pool
                     continue
                 out.append(
                     StatSample(
@@ -123,5 +148,5 @@ class ThroughputMeter:
                         samples_per_s=pool.samples_per_s,
                     )
                 )
-            meter.window.clear()
+            meter.window = kept
         return out

@@ -100,7 +100,7 @@ def decide(state: JobState, event: Event, now: float) -> Decision:
         case StopRequested(exit_code=code, reason=reason):
             return stopping(state, code, reason)
         case PrepareRequested():
-            return Decision((), (PlaceActors(),))
+            return stages.prepare(state)
         case StartRequested(stop=stop):
             return stages.start(state, stop)
         case MasterRebuilt():

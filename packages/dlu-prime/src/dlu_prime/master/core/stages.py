@@ -17,8 +17,10 @@ from dlu_prime.master.core.commands import (
     AdoptResized,
     Cleanup,
     Command,
+    PlaceActors,
     Purpose,
     RunChecks,
+    SetMemory,
     StartActors,
     StopActors,
 )
@@ -27,10 +29,18 @@ from dlu_prime.master.core.events import Done, StopRequested
 from dlu_prime.master.core.setup_retry import retry_setup
 from dlu_prime.master.elastic_policy import unplaced_elastic
 from dlu_prime.master.lifecycle import EXIT_FAILED, EXIT_STOPPED, RestartLimitError, start_targets, unstarted
+from dlu_prime.master.relaunch import overrides
 from dlu_prime.master.resize import extra_ranks
 from dlu_prime.master.state import JobState, role_size
 from dlu_prime.master.tiers import Budget, over_limit
 from dlu_prime.scheduler.base import ActorSetupError, SchedulingError
+
+
+def prepare(state: JobState) -> Decision:
+    """INIT: place the actors; a resumed run first tells the scheduler the memory its actors'
+    earlier relaunches gave them (`lifecycle.kept_memory`), so they start with it."""
+    memory = overrides(state)
+    return Decision((), (*((SetMemory(memory),) if memory else ()), PlaceActors()))
 
 
 def placed(state: JobState, done: Done) -> Decision:

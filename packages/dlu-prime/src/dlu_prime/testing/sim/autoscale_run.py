@@ -30,19 +30,16 @@ def elastic_spec(
     high: int,
     *,
     mode: str = "single-job",
-    threshold: float = 0.7,
+    threshold: float | None = None,
     settle_s: float = 5.0,
     measure_s: float = 20.0,
     name: str = "autoscale",
     brain_url: str | None = None,
     memory: str | None = None,
 ) -> JobSpec:
-    autoscale: dict[str, Any] = {
-        "mode": mode,
-        "marginal_threshold": threshold,
-        "settle_s": settle_s,
-        "measure_s": measure_s,
-    }
+    autoscale: dict[str, Any] = {"mode": mode, "settle_s": settle_s, "measure_s": measure_s}
+    if threshold is not None:  # else the spec's default
+        autoscale["marginal_threshold"] = threshold
     if brain_url is not None:
         autoscale["brain_url"] = brain_url
     return spec_from_dict(
