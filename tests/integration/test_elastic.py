@@ -152,11 +152,16 @@ def test_class_entrypoint_with_rpc_serves_a_trainer(side_by_side: dict[str, JobS
     assert status.exit_code == 0, status.reason
 
 
+FAULTY_TIMEOUT_S = 10
+
+
 @pytest.fixture(scope="module")
 def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobStatus]:
     """The jobs whose tests look only at their outcome, run side by side (each its own job, as
-    before): the node check's faulty node leaves its partners waiting out the probe's 30 s
-    timeout (twice in the job that stops), time in which the others run."""
+    before): the node check's faulty node leaves its partners waiting out the probe's timeout
+    (twice in the job that stops), time in which the others run. The two faulty-node jobs use a
+    10 s timeout, not 30 s: their partners only wait it out, and a healthy probe (a 64x64 matmul,
+    a 0.5 MB allreduce and a gloo rendezvous of two processes started together) needs far less."""
     counter = tmp_path_factory.mktemp("node-check") / "faults"
     specs = {
         "torchrun": (torchrun_job(), ROOT),
@@ -175,7 +180,7 @@ def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             "elastic_workloads:allreduce_only",
             3,
             1,
-            node_check={"enabled": True},
+            node_check={"enabled": True, "timeout_s": FAULTY_TIMEOUT_S},
             env={"DLU_NODE_CHECK_FAULT_NODE": "node-1", "DLU_NODE_CHECK_FAIL": "1"},
         ),
         "recheck": elastic_job(
@@ -183,7 +188,7 @@ def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             "elastic_workloads:allreduce_only",
             3,
             1,
-            node_check={"enabled": True},
+            node_check={"enabled": True, "timeout_s": FAULTY_TIMEOUT_S},
             env={
                 "DLU_NODE_CHECK_FAULT_NODE": "node-1",
                 "DLU_NODE_CHECK_FAIL": "1",
