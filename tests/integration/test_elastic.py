@@ -53,9 +53,10 @@ def run(spec: Any, workdir: Path = HERE) -> JobStatus:
     return launcher.run_job(spec, str(workdir))
 
 
-def test_function_entrypoint_gets_torchrun_env_and_process_group(ray_session: Any, tmp_path: Path) -> None:
-    spec = elastic_job("el-env", "elastic_workloads:allreduce_sum", 2, 2, env={"OUT_DIR": str(tmp_path)})
-    status = run(spec)
+def test_function_entrypoint_gets_torchrun_env_and_process_group(
+    side_by_side: dict[str, JobStatus], outs: dict[str, Path]
+) -> None:
+    status, tmp_path = side_by_side["env"], outs["env"]
     assert status.exit_code == 0, status.reason
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("allreduce-*.json"))]
     assert [r["sum"] for r in records] == [10.0] * 4
@@ -88,18 +89,26 @@ def test_unmodified_torchrun_script(side_by_side: dict[str, JobStatus]) -> None:
     assert status.exit_code == 0, status.reason
 
 
-def test_inplace_restart_resumes_and_matches_a_clean_run(ray_session: Any, tmp_path: Path) -> None:
-    script = "examples/elastic/train_lm.py --steps 16 --checkpoint-every 4"
-    clean = run(elastic_job("el-clean", f"{script} --checkpoint-dir {tmp_path / 'clean'}", 2, 1), ROOT)
-    crash = run(
-        elastic_job(
-            "el-crash",
-            f"{script} --checkpoint-dir {tmp_path / 'crash'} --crash-at-step 10 --crash-rank 1",
-            2,
-            1,
-        ),
-        ROOT,
+LM_SCRIPT = "examples/elastic/train_lm.py --steps 16 --checkpoint-every 4"
+
+
+def clean_job(tmp_path: Path) -> Any:
+    return elastic_job("el-clean", f"{LM_SCRIPT} --checkpoint-dir {tmp_path / 'clean'}", 2, 1)
+
+
+def crash_job(tmp_path: Path) -> Any:
+    return elastic_job(
+        "el-crash",
+        f"{LM_SCRIPT} --checkpoint-dir {tmp_path / 'crash'} --crash-at-step 10 --crash-rank 1",
+        2,
+        1,
     )
+
+
+def test_inplace_restart_resumes_and_matches_a_clean_run(
+    side_by_side: dict[str, JobStatus], outs: dict[str, Path]
+) -> None:
+    clean, crash, tmp_path = side_by_side["clean"], side_by_side["crash"], outs["inplace"]
     assert clean.exit_code == 0, clean.reason
     assert crash.exit_code == 0, crash.reason
     restarts = [e for e in crash.events if e.kind == "inplace_restart"]
@@ -152,13 +161,32 @@ def test_class_entrypoint_with_rpc_serves_a_trainer(side_by_side: dict[str, JobS
     assert status.exit_code == 0, status.reason
 
 
+FAULTY_TIMEOUT_S = 10
+
+
 @pytest.fixture(scope="module")
-def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobStatus]:
-    """The jobs whose tests look only at their outcome, run side by side (each its own job, as
-    before): the node check's faulty node leaves its partners waiting out the probe's 30 s
-    timeout (twice in the job that stops), time in which the others run."""
+def outs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each job's folder of outputs, which its test reads after the job."""
+    return {key: tmp_path_factory.mktemp(key) for key in ("env", "inplace")}
+
+
+@pytest.fixture(scope="module")
+def side_by_side(
+    ray_session: Any, tmp_path_factory: pytest.TempPathFactory, outs: dict[str, Path]
+) -> dict[str, JobStatus]:
+    """Every job of the module, run side by side (each its own job, as before); their tests look
+    at their outcome and at what they wrote (`outs`). The node check's faulty node leaves its
+    partners waiting out the probe's timeout (twice in the job that stops), time in which the
+    others run. The two faulty-node jobs use a 10 s timeout, not 30 s: their partners only wait
+    it out, and a healthy probe (a 64x64 matmul, a 0.5 MB allreduce and a gloo rendezvous of two
+    processes started together) needs far less."""
     counter = tmp_path_factory.mktemp("node-check") / "faults"
     specs = {
+        "env": elastic_job(
+            "el-env", "elastic_workloads:allreduce_sum", 2, 2, env={"OUT_DIR": str(outs["env"])}
+        ),
+        "clean": (clean_job(outs["inplace"]), ROOT),
+        "crash": (crash_job(outs["inplace"]), ROOT),
         "torchrun": (torchrun_job(), ROOT),
         "limit": elastic_job("el-limit", "elastic_workloads:raise_error", 1, 2, max_restart=1),
         "rpc": rpc_job(),
@@ -175,7 +203,7 @@ def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             "elastic_workloads:allreduce_only",
             3,
             1,
-            node_check={"enabled": True},
+            node_check={"enabled": True, "timeout_s": FAULTY_TIMEOUT_S},
             env={"DLU_NODE_CHECK_FAULT_NODE": "node-1", "DLU_NODE_CHECK_FAIL": "1"},
         ),
         "recheck": elastic_job(
@@ -183,7 +211,7 @@ def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             "elastic_workloads:allreduce_only",
             3,
             1,
-            node_check={"enabled": True},
+            node_check={"enabled": True, "timeout_s": FAULTY_TIMEOUT_S},
             env={
                 "DLU_NODE_CHECK_FAULT_NODE": "node-1",
                 "DLU_NODE_CHECK_FAIL": "1",
@@ -193,7 +221,7 @@ def side_by_side(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         ),
     }
     # four at a time, the longest first: a PrimeMaster takes 1 of the session Ray's 8 CPUs
-    longest_first = ("faulty", "recheck", "straggler", "torchrun", "rpc", "limit")
+    longest_first = ("faulty", "recheck", "straggler", "torchrun", "clean", "crash", "env", "rpc", "limit")
     assert sorted(longest_first) == sorted(specs)
     with ThreadPoolExecutor(4) as pool:
         running = {

@@ -144,20 +144,35 @@ cluster.shutdown()
 """
 
 
-def _run(script: str, out: Path) -> dict[str, object]:
-    env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-ebm-")}
-    done = subprocess.run(
-        [sys.executable, "-c", COMMON + script, str(ROOT), str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    found = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
-    assert isinstance(found, dict)
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
+    """Both scripts at once, each on its own Cluster (its own Ray temp dir, nodes and jobs):
+    their time is mostly the timeouts they wait out, which the other fills. Output goes to
+    files, not to pipes nobody reads meanwhile."""
+    scripts = {"below": BELOW_MIN, "unplaceable": UNPLACEABLE}
+    outs = {name: tmp_path_factory.mktemp(name) for name in scripts}
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, script in scripts.items():
+            env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-ebm-")}
+            with (outs[name] / "stdout").open("w") as stdout, (outs[name] / "stderr").open("w") as stderr:
+                processes[name] = subprocess.Popen(
+                    [sys.executable, "-c", COMMON + script, str(ROOT), str(outs[name])],
+                    cwd=ROOT, env=env, stdout=stdout, stderr=stderr,
+                )  # fmt: skip
+        codes = {name: process.wait(timeout=180) for name, process in processes.items()}
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    found: dict[str, dict[str, object]] = {}
+    for name, code in codes.items():
+        stdout, stderr = (outs[name] / "stdout").read_text(), (outs[name] / "stderr").read_text()
+        assert code == 0, stdout[-3000:] + stderr[-6000:]
+        result = json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+        assert isinstance(result, dict)
+        found[name] = result
     return found
 
 
@@ -176,8 +191,10 @@ def _timeline(result: dict[str, object]) -> str:
     return "\n".join(" ".join(e) for e in _events(result))
 
 
-def test_below_min_waits_for_capacity_then_stops_counting_the_lost_node_once(tmp_path: Path) -> None:
-    result = _run(BELOW_MIN, tmp_path)
+def test_below_min_waits_for_capacity_then_stops_counting_the_lost_node_once(
+    results: dict[str, dict[str, object]],
+) -> None:
+    result = results["below"]
     events = _timeline(result)
     assert result["exit_code"] == 1, events
     reason = str(result["reason"])
@@ -197,8 +214,10 @@ def test_below_min_waits_for_capacity_then_stops_counting_the_lost_node_once(tmp
     assert not [k for k in kinds if k.startswith(("failover", "resize"))], events
 
 
-def test_a_rank_that_cannot_be_placed_again_shrinks_the_role_in_place(tmp_path: Path) -> None:
-    result = _run(UNPLACEABLE, tmp_path)
+def test_a_rank_that_cannot_be_placed_again_shrinks_the_role_in_place(
+    results: dict[str, dict[str, object]],
+) -> None:
+    result = results["unplaceable"]
     events = _timeline(result)
     assert result["exit_code"] == 0, str(result["reason"]) + "\n" + events
     assert result["nodes_alive"] is True  # the node itself was never lost

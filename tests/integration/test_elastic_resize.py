@@ -18,7 +18,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from short_tmp import short_tmp_dir
@@ -303,12 +305,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> None:
-    """The reference LM on a fixed global batch of 8: grown to world 2 and shrunk back to 1 in
-    the middle of the run, it ends on the loss of a plain run at world 1 (every step computed
-    the same global batch; float sums differ only in their last bits across world sizes)."""
-    steps = 60
-    reference = tmp_path / "reference"
+STEPS = 60  # of the reference LM, plain and resized
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lm_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The plain and the resized LM runs start with the module and run beside the Cluster script
+    of `results` (each its own processes, Ray, checkpoint folder and rendezvous port; their time
+    is mostly paced steps and waits); the LM test waits for their ends. Output goes to files, not
+    to pipes nobody reads meanwhile."""
+    out = tmp_path_factory.mktemp("lm-resize")
     env = {
         **os.environ,
         "RANK": "0",
@@ -317,26 +323,38 @@ def test_a_resize_mid_run_keeps_the_global_batch_per_step(tmp_path: Path) -> Non
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(_free_port()),
     }
-    plain = subprocess.run(
-        [sys.executable, "examples/elastic/train_lm.py", "--steps", str(steps), "--global-batch", "8",
-         "--checkpoint-dir", str(reference)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert plain.returncode == 0, plain.stderr[-3000:]
-    expected = float((reference / "final_loss.txt").read_text())
-    resized = tmp_path / "resized"
-    resized.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", LM_SCRIPT, str(ROOT), str(resized), str(steps)],
-        cwd=ROOT,
-        env={**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-erl-")},
-        capture_output=True,
-        text=True,
-        timeout=330,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    (out / "resized").mkdir()
+    commands = {
+        "plain": ([sys.executable, "examples/elastic/train_lm.py", "--steps", str(STEPS), "--global-batch",
+                   "8", "--checkpoint-dir", str(out / "reference")], env),
+        "resized": ([sys.executable, "-c", LM_SCRIPT, str(ROOT), str(out / "resized"), str(STEPS)],
+                    {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-erl-")}),
+    }  # fmt: skip
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, (args, run_env) in commands.items():
+            with (out / f"{name}.out").open("w") as stdout, (out / f"{name}.err").open("w") as stderr:
+                processes[name] = subprocess.Popen(args, cwd=ROOT, env=run_env, stdout=stdout, stderr=stderr)
+        yield {"out": out, "processes": processes}
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+
+def test_a_resize_mid_run_keeps_the_global_batch_per_step(lm_runs: dict[str, Any]) -> None:
+    """The reference LM on a fixed global batch of 8: grown to world 2 and shrunk back to 1 in
+    the middle of the run, it ends on the loss of a plain run at world 1 (every step computed
+    the same global batch; float sums differ only in their last bits across world sizes)."""
+    out: Path = lm_runs["out"]
+    processes: dict[str, subprocess.Popen[bytes]] = lm_runs["processes"]
+    codes = {name: process.wait(timeout=330) for name, process in processes.items()}
+    assert codes["plain"] == 0, (out / "plain.err").read_text()[-3000:]
+    expected = float((out / "reference" / "final_loss.txt").read_text())
+    stdout = (out / "resized.out").read_text()
+    assert codes["resized"] == 0, stdout[-3000:] + (out / "resized.err").read_text()[-6000:]
+    result = json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
     assert result["exit_code"] == 0, result["reason"]
     events = "\n".join(f"{kind}: {message}" for kind, message in result["events"])
     assert any("world 1 -> 2" in m for m in result["resizes"]), events

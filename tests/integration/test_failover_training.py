@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +72,13 @@ def clean_loss(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> st
     from dlu_prime import launcher
 
     ckpt = tmp_path_factory.mktemp("clean")
-    status = launcher.run_job(lm_job("fo-clean", ckpt), str(HERE))
+    # unpaced (step_s pads each step and changes no loss): no fault has to land in this run
+    status = launcher.run_job(lm_job("fo-clean", ckpt, step_s=0.0), str(HERE))
     assert status.exit_code == 0, status.reason
     return final_loss(ckpt)
 
 
-def test_failover_training_actor_killed_twice_in_one_role(clean_loss: str, tmp_path: Path) -> None:
+def _actor_killed_twice(clean_loss: str, tmp_path: Path) -> None:
     """Tier 2: Ray reconstructs the killed ElasticWorker, it reports RESTARTED, the ElasticMaster
     replaces it through restart_actors, and every rank trains again; twice in a row."""
     from dlu_prime import launcher
@@ -98,8 +101,9 @@ def test_failover_training_actor_killed_twice_in_one_role(clean_loss: str, tmp_p
     assert final_loss(tmp_path) == clean_loss
 
 
-def test_job_level_failover_of_a_role_without_sub_master(ray_session: Any) -> None:
+def _job_level(clean_loss: str, tmp_path: Path) -> None:
     """Tier 3: a simple role has no SubMaster, so its failure restarts the whole job."""
+    del clean_loss, tmp_path  # the check's own job needs neither
     from dlu_prime import launcher
 
     spec = spec_from_dict(
@@ -134,7 +138,8 @@ def test_job_level_failover_of_a_role_without_sub_master(ray_session: Any) -> No
     ]
 
 
-def test_debug_mark_unhealthy_triggers_a_recovery_and_steps_are_readable(ray_session: Any) -> None:
+def _debug(clean_loss: str, tmp_path: Path) -> None:
+    del clean_loss, tmp_path  # the check's own job needs neither
     from dlu_prime import launcher
 
     spec = spec_from_dict(
@@ -167,7 +172,7 @@ def test_debug_mark_unhealthy_triggers_a_recovery_and_steps_are_readable(ray_ses
     assert [e.tier for e in status.events if e.kind == "failover_done"] == ["role"]
 
 
-def test_chaos_reference_job_survives_a_fault_at_every_tier(clean_loss: str, tmp_path: Path) -> None:
+def _chaos(clean_loss: str, tmp_path: Path) -> None:
     """Faults at chosen steps: a training process (tier 1), an ElasticWorker actor (tier 2), the
     ElasticMaster (tier 5) and the PrimeMaster (tier 6). Same final loss as a fault-free run."""
     from dlu_prime import launcher
@@ -195,7 +200,7 @@ def test_chaos_reference_job_survives_a_fault_at_every_tier(clean_loss: str, tmp
     assert final_loss(tmp_path) == clean_loss
 
 
-def test_manager_failover_primemaster_killed_during_a_role_failover(clean_loss: str, tmp_path: Path) -> None:
+def _overlap(clean_loss: str, tmp_path: Path) -> None:
     """Tier 6 over tier 2: the PrimeMaster dies while a role failover is in flight; the new one
     loads the saved failover and finishes it without counting it twice."""
     from dlu_prime import launcher
@@ -224,3 +229,65 @@ def test_manager_failover_primemaster_killed_during_a_role_failover(clean_loss: 
     actors = {a.name: a for a in status.roles[0].actors}
     assert actors["fo-overlap.trainer.1"].restart_count == 1 and status.roles[0].restart_count == 1
     assert final_loss(tmp_path) == clean_loss
+
+
+Check = Callable[[str, Path], None]
+# longest first; each its own job, named apart, its faults aimed at its own actors
+SIDE_BY_SIDE: dict[str, Check] = {
+    "chaos": _chaos,
+    "overlap": _overlap,
+    "actor": _actor_killed_twice,
+    "job": _job_level,
+    "debug": _debug,
+}
+
+
+@pytest.fixture(scope="module")
+def side_by_side(
+    clean_loss: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, BaseException | None]:
+    """The checks run side by side, three at a time (a PrimeMaster takes 1 of the session Ray's 8
+    CPUs): a job's time is mostly its paced steps and its recoveries' waits, which the others
+    fill. What each check raised, its test raises."""
+    with ThreadPoolExecutor(3) as pool:
+        running = {
+            name: pool.submit(check, clean_loss, tmp_path_factory.mktemp(name))
+            for name, check in SIDE_BY_SIDE.items()
+        }
+        return {name: future.exception() for name, future in running.items()}
+
+
+def outcome(side_by_side: dict[str, BaseException | None], name: str) -> None:
+    error = side_by_side[name]
+    if error is not None:
+        raise error
+
+
+def test_failover_training_actor_killed_twice_in_one_role(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "actor")
+
+
+def test_job_level_failover_of_a_role_without_sub_master(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "job")
+
+
+def test_debug_mark_unhealthy_triggers_a_recovery_and_steps_are_readable(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "debug")
+
+
+def test_chaos_reference_job_survives_a_fault_at_every_tier(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "chaos")
+
+
+def test_manager_failover_primemaster_killed_during_a_role_failover(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "overlap")

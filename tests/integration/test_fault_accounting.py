@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +88,7 @@ def test_killed_rank_actor_counted_once_on_it_and_named_at_the_limit(
     assert not [a.name for a in role.actors if a.stage == "RUNNING"]
 
 
-def test_hung_training_process_is_restarted_in_place_blamed_on_its_rank(
-    ray_session: Any, tmp_path: Path
-) -> None:
+def _hung(tmp_path: Path) -> None:
     from dlu_prime import launcher
 
     health = {"monitor_interval_s": 0.2, "heartbeat_interval_s": 0.5, "heartbeat_timeout_s": 3.0}
@@ -110,9 +109,7 @@ def test_hung_training_process_is_restarted_in_place_blamed_on_its_rank(
         os.kill(int(process), 0)
 
 
-def test_restarted_process_hung_before_its_first_beat_is_found_on_its_rank(
-    ray_session: Any, tmp_path: Path
-) -> None:
+def _hung_before_first_beat(tmp_path: Path) -> None:
     """trainer.1's process is killed at step 10 (one in-place restart); its next process stops
     itself before its first heartbeat: its agent knows the script beats, finds it silent from
     its start, and restarts it in place, blamed on trainer.1 again, not on the waiting peer."""
@@ -135,6 +132,35 @@ def test_restarted_process_hung_before_its_first_beat_is_found_on_its_rank(
     assert recoveries(status) == [("inplace_restart", "in_place", victim)] * 2, recoveries(status)
     second = [e for e in status.events if e.kind == "inplace_restart"][1]
     assert "no first heartbeat" in second.message, second.message
+
+
+@pytest.fixture(scope="module")
+def hangs(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, BaseException | None]:
+    """The two hang checks, side by side (each its own job, named apart, its SIGSTOP or SIGKILL
+    aimed at its own rank's process): a job's time is mostly its paced steps and the 3 s
+    heartbeat timeout it waits out. What each check raised, its test raises."""
+    checks = {"hung": _hung, "first_beat": _hung_before_first_beat}
+    with ThreadPoolExecutor(len(checks)) as pool:
+        running = {name: pool.submit(check, tmp_path_factory.mktemp(name)) for name, check in checks.items()}
+        return {name: future.exception() for name, future in running.items()}
+
+
+def outcome(results: dict[str, BaseException | None], name: str) -> None:
+    error = results[name]
+    if error is not None:
+        raise error
+
+
+def test_hung_training_process_is_restarted_in_place_blamed_on_its_rank(
+    hangs: dict[str, BaseException | None],
+) -> None:
+    outcome(hangs, "hung")
+
+
+def test_restarted_process_hung_before_its_first_beat_is_found_on_its_rank(
+    hangs: dict[str, BaseException | None],
+) -> None:
+    outcome(hangs, "first_beat")
 
 
 def test_primemaster_past_its_limit_names_the_limit_and_nothing_stays_running(

@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -150,13 +150,34 @@ def kill_agent_mid_run(
         return job.result(timeout=240)
 
 
+@pytest.fixture(scope="module")
+def agents_killed(
+    ray_session: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Future[JobStatus], Path]]:
+    """The three agent-kill jobs, side by side (each its own job, named apart, its kill aimed at
+    its own agent and its own /dev/shm folder): a job's time is mostly its paced steps and its
+    role restart, which the others fill. Each test takes its job's outcome (what it raised too)."""
+    outs = {key: tmp_path_factory.mktemp(f"agent-{key}") for key in ("disk", "none", "adopt")}
+    persisted = {"checkpoint": {"persist_every": 2, "dir": str(outs["disk"] / "durable")}}
+    with ThreadPoolExecutor(3) as pool:
+        return {
+            "disk": (
+                pool.submit(kill_agent_mid_run, "flash-agent-disk", outs["disk"], {}, True, **persisted),
+                outs["disk"],
+            ),
+            "none": (
+                pool.submit(kill_agent_mid_run, "flash-agent-none", outs["none"], {}, True),
+                outs["none"],
+            ),
+            "adopt": (pool.submit(kill_agent_mid_run, "flash-agent-adopt", outs["adopt"], {}), outs["adopt"]),
+        }
+
+
 def test_agent_killed_with_its_memory_resumes_from_the_persisted_step(
-    ray_session: Any, tmp_path: Path
+    agents_killed: dict[str, tuple[Future[JobStatus], Path]],
 ) -> None:
-    durable = tmp_path / "durable"
-    status = kill_agent_mid_run(
-        "flash-agent-disk", tmp_path, {}, True, checkpoint={"persist_every": 2, "dir": str(durable)}
-    )
+    job, tmp_path = agents_killed["disk"]
+    status = job.result()
     assert status.exit_code == 0, status.reason
     step = assert_resumed(tmp_path, None, "disk")  # the agent's memory went with it
     assert step >= 2 and step % 2 == 0
@@ -169,9 +190,10 @@ def test_agent_killed_with_its_memory_resumes_from_the_persisted_step(
 
 
 def test_agent_killed_with_its_memory_and_no_persistence_starts_afresh_and_says_so(
-    ray_session: Any, tmp_path: Path
+    agents_killed: dict[str, tuple[Future[JobStatus], Path]],
 ) -> None:
-    status = kill_agent_mid_run("flash-agent-none", tmp_path, {}, True)
+    job, tmp_path = agents_killed["none"]
+    status = job.result()
     assert status.exit_code == 0, status.reason
     assert_resumed(tmp_path, 0, None)  # load(missing_ok=True) said: nothing committed anywhere
     restored = [e.message for e in status.events if e.kind == "checkpoint_restored"]
@@ -182,9 +204,10 @@ def test_agent_killed_with_its_memory_and_no_persistence_starts_afresh_and_says_
 
 
 def test_role_restart_adopts_the_dead_agents_slots_and_resumes_from_memory(
-    ray_session: Any, tmp_path: Path
+    agents_killed: dict[str, tuple[Future[JobStatus], Path]],
 ) -> None:
-    status = kill_agent_mid_run("flash-agent-adopt", tmp_path, {})
+    job, tmp_path = agents_killed["adopt"]
+    status = job.result()
     assert status.exit_code == 0, status.reason
     step = assert_resumed(tmp_path, None, "memory")  # the new agent took over the dead one's folder
     assert step >= 8, step  # rank 1 had saved step 8 when its agent was killed

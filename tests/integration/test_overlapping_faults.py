@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,23 +146,39 @@ cluster.shutdown()
 """
 
 
-@pytest.fixture(scope="module")
-def overlap(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+@pytest.fixture(scope="module", autouse=True)
+def overlap_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The Cluster script starts with the module and runs beside the hang test (its own Ray, its
+    own jobs; the hang test's time is mostly waits); `overlap` waits for its end."""
     out = tmp_path_factory.mktemp("overlap")
     env = {**os.environ, "RAY_TMPDIR": short_tmp_dir("dlu-ov-")}
-    done = subprocess.run(
-        [sys.executable, "-c", COMMON + OVERLAP, str(ROOT), str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    found: dict[str, Any] = json.loads(
-        [line for line in done.stdout.splitlines() if line.startswith("{")][-1]
-    )
+    with (out / "stdout").open("w") as stdout, (out / "stderr").open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", COMMON + OVERLAP, str(ROOT), str(out)],
+            cwd=ROOT,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    try:
+        yield process, out
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def overlap(overlap_run: tuple[subprocess.Popen[bytes], Path]) -> dict[str, Any]:
+    process, out = overlap_run
+    try:
+        returncode = process.wait(timeout=400)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+    assert returncode == 0, stdout[-3000:] + stderr[-6000:]
+    found: dict[str, Any] = json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
     return found
 
 

@@ -19,7 +19,8 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,7 @@ def test_driver_environment_has_no_ray_torch_or_grpc(driver_venv: Venv, uv_bin: 
     assert not names & {"ray", "torch", "grpcio", "dlu-prime", "dlu-elastic", "protobuf"}, sorted(names)
 
 
-def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
-    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
-) -> None:
+def _reference(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     """examples/elastic (2 nodes x 2 processes, node check) across the two worker nodes; the
     PrimeMaster on the head (isolation scheduling); followed with `dlu events -f`."""
     spec = yaml.safe_load((ray_cluster.workdir / "examples/elastic/job.yaml").read_text())
@@ -111,9 +110,7 @@ def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
     assert "probe" not in listed.stdout
 
 
-def test_rank_logs_of_a_cluster_job_through_the_dashboard(
-    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
-) -> None:
+def _logs(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     """Each rank's output in its file under its node's Ray log dir, read by a dlu-api-only driver
     with `dlu logs` (whole, one rank, one role, followed), as it is and while it grows."""
     spec = {
@@ -158,7 +155,7 @@ def test_rank_logs_of_a_cluster_job_through_the_dashboard(
     assert "job ranks-remote: STOPPED (exit code 0)" in timeline.stdout, timeline.stdout
 
 
-def test_remote_run_tees_rank_output(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
+def _tee(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     """`dlu run --address` with `logs.tee` prints the ranks' lines, prefixed, read through Ray's
     log API (not Ray's forwarding of worker output)."""
     spec = {
@@ -179,9 +176,7 @@ def test_remote_run_tees_rank_output(driver_venv: Venv, ray_cluster: RayCluster,
         assert line in lines, done.stdout
 
 
-def test_status_name_taken_and_stop_of_a_running_job(
-    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
-) -> None:
+def _hold(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     spec = {
         **CPU_JOB,
         "name": "hold",
@@ -248,9 +243,7 @@ def test_status_name_taken_and_stop_of_a_running_job(
     assert "job hold: STOPPED (exit code 0)" in rerun.stdout
 
 
-def test_remote_run_draws_the_live_view_in_a_terminal(
-    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
-) -> None:
+def _live(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     """`dlu run --address` with a terminal: the steps move on screen while the job runs (the
     launcher's status lines between stage changes, once per DLU_STATUS_INTERVAL_S: the default
     5 s here, so the job runs for about 16 s), and the final screen stays."""
@@ -315,10 +308,7 @@ def value_of(samples: list[Sample], name: str, **labels: str) -> float | None:
     return None
 
 
-@pytest.mark.timeout(300)
-def test_job_metrics_reach_prometheus_through_ray(
-    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
-) -> None:
+def _metered(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     """A running job takes one role failover (`dlu debug mark-unhealthy`); its PrimeMaster's
     JobMetrics then show on the nodes' Prometheus endpoints (each node's metrics agent serves
     what the Ray workers on it record): the stage, the restart counters, the failover duration
@@ -486,10 +476,7 @@ def test_missing_dlu_prime_is_named(driver_venv: Venv, tmp_path: Path) -> None:
     assert "dlu-prime is not installed on the Ray cluster at http://head:8265" in str(error)
 
 
-@pytest.mark.timeout(420)
-def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartbeats(
-    driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path
-) -> None:
+def _lm_metered(driver_venv: Venv, ray_cluster: RayCluster, tmp_path: Path) -> None:
     """The documented metrics of an elastic job while it runs: each node's node-check score
     (still exported long after the one check that set it), a failover duration for the
     in-place tier (a rank's process crashes at step 8) and for the role tier (`dlu debug
@@ -556,3 +543,73 @@ def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartb
     while (final := status_json(driver_venv, "lm-metered", ray_cluster))["stage"] != "STOPPED":
         assert time.monotonic() < deadline, final
         time.sleep(1)
+
+
+Check = Callable[[Venv, RayCluster, Path], None]
+# longest first (the figures of one run here); the two with four training ranks each (`lm_*`,
+# `reference`) start apart, so that they seldom train at the same time on the machine's cores
+SIDE_BY_SIDE: dict[str, Check] = {
+    "hold": _hold,
+    "live": _live,
+    "lm_metered": _lm_metered,
+    "metered": _metered,
+    "logs": _logs,
+    "reference": _reference,
+    "tee": _tee,
+}
+
+
+@pytest.fixture(scope="module")
+def side_by_side(
+    driver_venv: Venv, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, BaseException | None]:
+    """The checks that each run their own job on the cluster, run side by side, three at a time
+    (each its own job, as before, named apart): their time is mostly waits (a job placed and
+    polled, a 16 s job watched, Ray's metrics agents' report interval), which the others fill.
+    What each check raised, its test raises."""
+    with ThreadPoolExecutor(3) as pool:
+        running = {
+            name: pool.submit(check, driver_venv, ray_cluster, tmp_path_factory.mktemp(name))
+            for name, check in SIDE_BY_SIDE.items()
+        }
+        return {name: future.exception() for name, future in running.items()}
+
+
+def outcome(side_by_side: dict[str, BaseException | None], name: str) -> None:
+    error = side_by_side[name]
+    if error is not None:
+        raise error
+
+
+def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "reference")
+
+
+def test_rank_logs_of_a_cluster_job_through_the_dashboard(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "logs")
+
+
+def test_remote_run_tees_rank_output(side_by_side: dict[str, BaseException | None]) -> None:
+    outcome(side_by_side, "tee")
+
+
+def test_status_name_taken_and_stop_of_a_running_job(side_by_side: dict[str, BaseException | None]) -> None:
+    outcome(side_by_side, "hold")
+
+
+def test_remote_run_draws_the_live_view_in_a_terminal(side_by_side: dict[str, BaseException | None]) -> None:
+    outcome(side_by_side, "live")
+
+
+def test_job_metrics_reach_prometheus_through_ray(side_by_side: dict[str, BaseException | None]) -> None:
+    outcome(side_by_side, "metered")
+
+
+def test_elastic_metrics_node_scores_in_place_and_role_durations_and_rank_heartbeats(
+    side_by_side: dict[str, BaseException | None],
+) -> None:
+    outcome(side_by_side, "lm_metered")
