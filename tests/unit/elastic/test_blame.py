@@ -27,6 +27,8 @@ def report(agent: str, error: str, at: float, round_: int = 1) -> Report:
         "NCCL error: remote process exited or there was a network error, NCCL version 2.28.9",
         "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
         "gloo/transport/tcp/pair.cc:598] Write error [127.0.0.1]:1234: Broken pipe",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:144] connect [127.0.0.1]:39477: "
+        "Connection refused",
     ],
 )
 def test_errors_a_lost_peer_causes_read_as_peer_failures(error: str) -> None:

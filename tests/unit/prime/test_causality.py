@@ -51,3 +51,11 @@ def test_a_node_loss_forgives_only_what_it_caused() -> None:
 def test_peer_errors() -> None:
     assert is_peer_failure("ncclRemoteError: remote process exited")
     assert not is_peer_failure(HANG)
+
+
+def test_a_survivor_refused_by_the_lost_peer_is_forgiven_with_the_loss() -> None:
+    """A round formed just before a node loss: a survivor's process connects to the peer on the
+    lost node and is refused; the loss caused that restart, so it forgives it (rule 3)."""
+    refused = "RuntimeError: [gloo/transport/tcp/pair.cc:144] connect [127.0.0.1]:39477: Connection refused"
+    restarts = [("r1", "n1", refused), ("r0", "n0", "RuntimeError: injected crash at step 10")]
+    assert caused_by_loss(restarts, ["r2"], ["n2"]) == 1  # the own crash stays counted
