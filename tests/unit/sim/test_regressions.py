@@ -43,6 +43,11 @@ REGRESSIONS = {
     # on inside its recovery).
     8553: "counted once",
     11945: "counted once",
+    # (found by the first version of that fix) a saved SubMaster failover of the MIN:MAX elastic
+    # role whose placed replacement died with its node was judged outside the elastic chain:
+    # the ranks lost with it were a second counted failover. That role's resume is not looked
+    # at (docs/failover.md, still open).
+    16919: "counted once",
 }
 
 

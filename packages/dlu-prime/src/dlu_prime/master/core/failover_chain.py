@@ -40,6 +40,7 @@ from dlu_prime.master.core.commands import (
 from dlu_prime.master.core.decision import Decision, stage_change, stopping
 from dlu_prime.master.core.events import CarryOn, Done, PassApplied, PassObserved, RecoveryFailed
 from dlu_prime.master.core.setup_retry import retry_setup
+from dlu_prime.master.elastic_policy import elastic_roles
 from dlu_prime.master.failover import Recovery, job_restart
 from dlu_prime.master.lifecycle import EXIT_FAILED, gone, start_targets
 from dlu_prime.master.monitor import Assessment, Failure, assess
@@ -78,11 +79,16 @@ def resume(state: JobState) -> Decision:
 def resume_saved(state: JobState) -> Decision:
     """A rebuilt PrimeMaster's saved recovery in flight. The replacements the dead one had
     already placed are looked at first (`SeeReplaced`): replacing one again from the first step
-    would absorb, uncounted, a death it met in between (its new node lost, its process killed)."""
+    would absorb, uncounted, a death it met in between (its new node lost, its process killed).
+    An actor not replaced yet is not: its death is not told from the dead one's own restart."""
     record = state.failover
     if record is None or state.stage is not JobStage.RUNNING:
         return Decision()
-    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER):  # a job restart replaces every actor
+    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER) or record.role in {
+        r.name for r in elastic_roles(state)
+    }:
+        # Open: a job restart's, and a MIN:MAX elastic role's (whose node losses the elastic
+        # chain judges, as a shrink), are resumed from the first step unlooked-at.
         return resume(state)
     placed = tuple(
         n for n in record.actors if n in state.actors and state.actors[n].stage is not ActorStage.INIT
