@@ -84,12 +84,9 @@ def resume_saved(state: JobState) -> Decision:
     record = state.failover
     if record is None or state.stage is not JobStage.RUNNING:
         return Decision()
-    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER) or record.role in {
-        r.name for r in elastic_roles(state)
-    }:
-        # Open: a job restart's, and a MIN:MAX elastic role's (whose node losses the elastic
-        # chain judges, as a shrink), are resumed from the first step unlooked-at.
-        return resume(state)
+    shrinks = {r.name for r in elastic_roles(state)}  # node losses the elastic chain judges
+    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER) or record.role in shrinks:
+        return resume(state)  # open: a job restart's, a MIN:MAX elastic role's (unlooked-at)
     placed = tuple(
         n for n in record.actors if n in state.actors and state.actors[n].stage is not ActorStage.INIT
     )
