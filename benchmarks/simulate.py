@@ -6,6 +6,7 @@ invariants after every step. Prints each violation with its seed and event trace
 line is `seeds N, events E, faults F, violations V, decisions/s D`.
 
     uv run python benchmarks/simulate.py --seeds 100000 --workers 2
+    uv run python benchmarks/simulate.py --first 20000 --seeds 20000  # seeds 20000-39999 (a chunk)
     uv run python benchmarks/simulate.py --seed 2              # replay one seed, with its trace
     uv run python benchmarks/simulate.py --scale                # 2,048 nodes x 8 ranks: pass p50/p99
 """

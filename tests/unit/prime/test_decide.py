@@ -8,7 +8,7 @@ from conftest import ManagerFactory, RoleFactory
 from failover_helpers import elastic_role, running
 
 from dlu_api.status import JobStage
-from dlu_api.vocabulary import FailureKind, InPlaceVerdict, Tier
+from dlu_api.vocabulary import ActorStage, FailureKind, InPlaceVerdict, Tier
 from dlu_prime.master.changes import (
     ActorsPlaced,
     ActorsRestarting,
@@ -20,7 +20,7 @@ from dlu_prime.master.changes import (
     Observed,
     StageChanged,
 )
-from dlu_prime.master.core import decide
+from dlu_prime.master.core import decide, failover_chain
 from dlu_prime.master.core.commands import (
     Cleanup,
     FindDeadNodes,
@@ -28,10 +28,13 @@ from dlu_prime.master.core.commands import (
     ForgetLiveness,
     Purpose,
     ReplaceActors,
+    ReplacedSeen,
     RunChecks,
+    SeeReplaced,
     StartActors,
     StopActors,
     SubMasterFailover,
+    Then,
 )
 from dlu_prime.master.core.events import (
     CarryOn,
@@ -43,11 +46,14 @@ from dlu_prime.master.core.events import (
     RecoveryFailed,
     RestartRequested,
     StopRequested,
+    Tick,
 )
+from dlu_prime.master.failover import Recovery
 from dlu_prime.master.lifecycle import EXIT_FAILED, EXIT_STOPPED, RestartLimitError
 from dlu_prime.master.monitor import Assessment, Failure
-from dlu_prime.master.state import JobState
+from dlu_prime.master.state import FailoverRecord, JobState
 from dlu_prime.naming import sub_master_name
+from dlu_prime.scheduler.base import ActorObservation
 
 T0, T1 = "job.trainer.0", "job.trainer.1"
 E0, E1 = "job.train.0", "job.train.1"
@@ -191,3 +197,62 @@ def test_a_master_rebuilt_in_a_short_lived_stage_counts_and_stops(
     assert isinstance(decision.changes[0], MasterRestarted)
     stopping = [c for c in decision.changes if isinstance(c, StageChanged)]
     assert stopping and stopping[0].stage is JobStage.STOPPING and "short-lived stage" in stopping[0].reason
+
+
+def _saved(state: JobState, tier: Tier, role: str, actors: list[str], placed: bool) -> JobState:
+    """A failover saved in flight as `_began` saves it; `placed`: its replacements placed since."""
+    state = state.model_copy(deep=True)
+    state.failover = FailoverRecord(tier=tier, role=role, actors=actors, reason="x", started_at=0)
+    for name in actors:
+        state.actors[name].stage = ActorStage.READY if placed else ActorStage.INIT
+    return state
+
+
+def test_a_rebuilt_master_looks_at_a_saved_failovers_placed_replacements_first(
+    make_manager: ManagerFactory,
+) -> None:
+    base = _running_state(make_manager, roles=[elastic_role()])
+    unplaced = _saved(base, Tier.ROLE, "train", [E1], placed=False)
+    first = _pure(unplaced, Tick())
+    assert [type(c) for c in first.commands] == [SubMasterFailover]  # nothing to look at
+    placed = _saved(base, Tier.ROLE, "train", [E1], placed=True)
+    look = _pure(placed, Tick())
+    assert look.commands == (SeeReplaced((E1,)),)
+    alive = ReplacedSeen(
+        {E1: ActorObservation(stage=ActorStage.RUNNING, node_id="node-1")}, has_extension=False
+    )
+    assert [type(c) for c in _pure(placed, Done(look.commands[0], alive)).commands] == [SubMasterFailover]
+    dead = ReplacedSeen({E1: ActorObservation.gone("node lost")}, has_extension=False)
+    judged = _pure(placed, Done(look.commands[0], dead))
+    assert [type(c) for c in judged.changes] == [Observed] and isinstance(judged.follow, PassApplied)
+    assert [f.actor for f in judged.follow.observed.assessment.failures] == [E1]
+
+
+def test_a_role_failover_taking_a_saved_sub_master_one_along_keeps_its_tier(
+    make_manager: ManagerFactory,
+) -> None:
+    """The SubMaster of the saved one is replaced and set up, then the ranks started; the new
+    fault (a rank's) is counted on its role, the saved one's actors uncounted again."""
+    state = _saved(
+        _running_state(make_manager, roles=[elastic_role()]), Tier.SUB_MASTER, "train", [SUB, E0], True
+    )
+    recovery = Recovery(Tier.ROLE, (E0,), "E0 died", "train", E0)
+    decision = failover_chain.begin(state, recovery, Then())
+    began = decision.changes[0]
+    assert isinstance(began, FailoverBegan) and began.widens == (SUB,) and began.tier is Tier.SUB_MASTER
+    assert decision.commands == (ReplaceActors((E0, SUB), Purpose.FAILOVER, Then()),)
+
+
+def test_the_recovery_of_the_role_in_flight_begins_first(
+    make_manager: ManagerFactory, make_role: RoleFactory
+) -> None:
+    """Begun after another role's, it would find the saved one ended unfinished."""
+    roles = [make_role("trainer", 2, recovery="in_place"), elastic_role()]
+    state = _saved(_running_state(make_manager, roles=roles), Tier.ROLE, "train", [E1], True)
+    other = Recovery(Tier.ROLE, (T0,), "T0 died", "trainer", T0)
+    own = Recovery(Tier.ROLE, (E1,), "E1 died", "train", E1)
+    decision = failover_chain.carry_on(state, Then((other, own)))
+    began = decision.changes[0]
+    assert isinstance(began, FailoverBegan) and began.recovery == own
+    assert isinstance(decision.commands[0], SubMasterFailover)
+    assert decision.commands[0].then == Then((other,))

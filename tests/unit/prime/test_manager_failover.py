@@ -91,6 +91,77 @@ def test_killed_during_a_role_failover_finishes_it_counted_once(
     assert "role failover in flight" in next(e.message for e in state.events if e.kind == "master_restarted")
 
 
+T0, T1 = "job.trainer.0", "job.trainer.1"
+
+
+def _killed_after_placing_t1(make_manager: ManagerFactory, store: RecordingStore) -> FakeScheduler:
+    """T1 failed; its role failover saved and its replacement placed (saved READY), then the
+    PrimeMaster is killed before starting it."""
+    manager, sched = make_manager(
+        roles=[{"name": "trainer", "entrypoint": "pkg.t:main", "total": 2, "recovery": "in_place"}]
+    )
+    manager.prepare()
+    manager.start()
+    for name in sched.actors:
+        sched.actors[name].stage = ActorStage.RUNNING
+
+    def die(_: FakeScheduler) -> None:
+        raise SystemExit("PrimeMaster killed")
+
+    sched.on("start", die)
+    sched.set(T1, {"stage": ActorStage.FAILED, "error": "boom"})
+    with pytest.raises(SystemExit):
+        manager.monitor_once()
+    sched.hooks.clear()
+    stored = store.state("job")
+    assert stored is not None and stored.failover is not None
+    assert stored.actors[T1].stage is ActorStage.READY  # placed, not started
+    return sched
+
+
+def test_a_placed_replacement_dead_before_the_rebuilt_one_resumes_is_a_new_fault(
+    make_manager: ManagerFactory, store: RecordingStore
+) -> None:
+    """Seed 8553: the replacement's node is lost between the PrimeMaster's death and the rebuilt
+    one's resume. The resumed failover replaces it anyway, but that death is a new fault: its
+    event, its count on its culprit and its new node; the healthy T0 is never touched."""
+    sched = _killed_after_placing_t1(make_manager, store)
+    sched.set(T1, {"stage": None, "error": "node lost"})
+    again = reconstruct(sched.manager, sched, store)  # type: ignore[arg-type]
+    before = len(sched.calls)
+    again.resume_in_flight()
+    state = again.state
+    assert state.failover is None and state.stage is JobStage.RUNNING
+    assert [e.kind for e in state.events if e.kind.startswith("failover_")] == [
+        "failover_started",
+        "failover_started",
+        "failover_done",
+    ]
+    second = [e for e in state.events if e.kind == "failover_started"][1]
+    assert second.actor == T1 and "node lost" in second.message
+    assert [e.message for e in state.events if e.kind == "died"] == ["node lost"]
+    assert state.roles["trainer"].restart_count == 2 and state.actors[T1].restart_count == 2
+    assert state.node_failures.get(f"node-after-restart-{T1}") == 1
+    assert [c.names for c in sched.calls_to("restart")] == [(T1,), (T1,)]
+    assert all(T0 not in c.names for c in sched.calls[before:] if c.method != "poll")
+    assert sched.actors[T1].stage is ActorStage.RUNNING
+
+
+def test_a_placed_replacement_alive_is_resumed_without_a_new_count(
+    make_manager: ManagerFactory, store: RecordingStore
+) -> None:
+    sched = _killed_after_placing_t1(make_manager, store)
+    again = reconstruct(sched.manager, sched, store)  # type: ignore[arg-type]
+    again.resume_in_flight()
+    state = again.state
+    assert state.failover is None and state.roles["trainer"].restart_count == 1
+    assert [e.kind for e in state.events if e.kind.startswith("failover_")] == [
+        "failover_started",
+        "failover_done",
+    ]
+    assert sched.actors[T1].stage is ActorStage.RUNNING
+
+
 def test_self_recovery_with_nothing_stored_returns_none(
     make_manager: ManagerFactory, store: RecordingStore
 ) -> None:

@@ -197,10 +197,26 @@ def test_reports_during_a_recovery_of_the_same_actors_are_ignored(
     manager.state.failover = FailoverRecord(
         tier=Tier.ROLE, role="train", actors=[E1], reason="x", started_at=0
     )
+    manager.state.actors[E1].stage = ActorStage.INIT  # as the failover's start saves it: to replace
     plan = plan_failover(
         manager.state, [Failure(E1, "train", "died", "killed by our restart")], has_extension=False
     )
     assert not plan.acts and len(plan.ignored) == 1
+
+
+def test_a_replacement_the_recovery_already_placed_that_dies_is_a_new_fault(
+    make_manager: ManagerFactory,
+) -> None:
+    """Replaced (saved READY) before it died: not the fault in flight's effect, counted on it."""
+    manager, sched = make_manager(roles=[elastic_role()])
+    running(manager, sched)
+    manager.state.failover = FailoverRecord(
+        tier=Tier.ROLE, role="train", actors=[E1], reason="x", started_at=0
+    )
+    manager.state.actors[E1].stage = ActorStage.READY
+    plan = plan_failover(manager.state, [Failure(E1, "train", "died", "node lost")], has_extension=False)
+    assert plan.acts and not plan.ignored
+    assert [r.actors for r in plan.recoveries] == [(E1,)]
 
 
 def test_reports_outside_running_are_ignored(make_manager: ManagerFactory) -> None:

@@ -36,6 +36,18 @@ REGRESSIONS = {
     # dropped, and an actor's removal settles the marks pending on it.
     1772: "manager raised",
     2861: "counted once",
+    # A role failover saved with its replacement placed, then the replacement's node lost before
+    # the rebuilt PrimeMaster resumed it: the resume replaced it again from its first step and
+    # the new death was absorbed uncounted. The rebuilt one looks at the placed replacements
+    # first; one that died is judged as a pass judges it (counted, and the saved failover goes
+    # on inside its recovery).
+    8553: "counted once",
+    11945: "counted once",
+    # (found by the first version of that fix) a saved SubMaster failover of the MIN:MAX elastic
+    # role whose placed replacement died with its node was judged outside the elastic chain:
+    # the ranks lost with it were a second counted failover. That role's resume is not looked
+    # at (docs/failover.md, still open).
+    16919: "counted once",
 }
 
 

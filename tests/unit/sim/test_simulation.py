@@ -3,15 +3,21 @@ fix of issue 27 makes it report the invariant that fix keeps."""
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
 from dlu_api.vocabulary import InPlaceDecision, InPlaceVerdict
 from dlu_prime.master import failover, lifecycle
+from dlu_prime.master.core import failover_chain
 from dlu_prime.master.state import JobState
 from dlu_prime.testing.sim.runner import run_seed
 from dlu_prime.testing.sim.scale import pass_times
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 
 
 def _masked(trace: list[str]) -> list[str]:
@@ -62,6 +68,27 @@ def test_undoing_resume_numbering_is_found(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr("dlu_prime.master.construction.resumed_state", renumbers)
     assert _first_violation("events", 400) is not None
+
+
+def test_undoing_the_look_at_a_saved_failovers_replacements_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 8553: a rebuilt PrimeMaster resumed a saved failover from its first step unlooked-at,
+    absorbing the death of a replacement the dead one had placed."""
+    monkeypatch.setattr(failover_chain, "resume_saved", failover_chain.resume)
+    for seed in (8553, 11945):
+        violation = run_seed(seed).violation
+        assert violation is not None and violation.startswith("counted once")
+
+
+def test_simulate_runs_the_seeds_from_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--first N --seeds K`: seeds N..N+K-1, so a long run goes in chunks."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        simulate = importlib.import_module("simulate")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert simulate.main(["--first", "8553", "--seeds", "2"]) == 0
+    events = run_seed(8553).events + run_seed(8554).events
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"seeds 2, events {events}, ")
 
 
 def test_a_monitoring_pass_at_scale_is_timed() -> None:

@@ -94,6 +94,7 @@ class FailoverBegan:
     recovery: Recovery
     escalated: bool = False
     widens: tuple[str, ...] = ()  # a waiting role failover's actors, recovered with it (uncounted)
+    tier: Tier | None = None  # the saved record's tier, where widening a SubMaster one keeps it
 
 
 @dataclass(frozen=True)

@@ -166,8 +166,8 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             state.node_failures = dict(counts) or state.node_failures
             for text in notes:
                 note(Note(EventKind.NODE_LIMIT, text))
-        case FailoverBegan(recovery=recovery, escalated=escalated, widens=widens):
-            _began(state, recovery, escalated, now, note, widens)
+        case FailoverBegan(recovery=recovery, escalated=escalated, widens=widens, tier=tier):
+            _began(state, recovery, escalated, now, note, widens, tier)
         case FailoverEnded(record=record, error=error):
             state.failover = None
             what = f"{record.tier.value} failover"
@@ -310,12 +310,19 @@ def _observed(state: JobState, result: Assessment, note: _NoteFn) -> None:
 
 
 def _began(
-    state: JobState, recovery: Recovery, escalated: bool, now: float, note: _NoteFn, widens: tuple[str, ...]
+    state: JobState,
+    recovery: Recovery,
+    escalated: bool,
+    now: float,
+    note: _NoteFn,
+    widens: tuple[str, ...],
+    tier: Tier | None = None,
 ) -> None:
+    waiting = state.failover
     if not recovery.joined:
         count(state, recovery)  # what `widens` adds was counted when its own failover began
     state.failover = FailoverRecord(
-        tier=recovery.tier,
+        tier=tier or recovery.tier,
         role=recovery.role,
         actors=[*recovery.actors, *widens],
         reason=recovery.reason,
@@ -333,7 +340,8 @@ def _began(
     )
     message = f"{recovery.tier.value} failover of {', '.join(recovery.actors)}: {recovery.reason}"
     if widens:
-        message += f" (with {', '.join(widens)}, whose role failover waited for it)"
+        what = waiting.tier.value if waiting is not None else "role"
+        message += f" (with {', '.join(widens)}, whose {what} failover was in flight)"
     note(Note(kind, message, recovery.role, recovery.culprit, recovery.node_id, recovery.tier))
 
 

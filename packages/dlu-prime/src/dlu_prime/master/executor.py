@@ -38,8 +38,10 @@ from dlu_prime.master.core.commands import (
     RemoveActors,
     RemoveNodeGroups,
     ReplaceActors,
+    ReplacedSeen,
     RequeueShards,
     RunChecks,
+    SeeReplaced,
     SetMemory,
     StartActors,
     StopActors,
@@ -140,6 +142,8 @@ class Executor:
                 return s.dead_nodes(list(nodes)) if nodes else set[str]()
             case FindDeadPeers(peers=peers):
                 return self._dead_peers(peers)
+            case SeeReplaced(names=names):
+                return ReplacedSeen(s.poll(list(names)), self.extension is not None)
             case ForgetLiveness():
                 self.callbacks.forget_liveness()
                 return None

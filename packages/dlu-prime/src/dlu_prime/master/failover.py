@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from dlu_api.spec.models import RecoveryPolicy
 from dlu_api.status import JobStage
-from dlu_api.vocabulary import DEATH_KINDS, FailureKind, InPlaceDecision, InPlaceVerdict, Tier
+from dlu_api.vocabulary import DEATH_KINDS, ActorStage, FailureKind, InPlaceDecision, InPlaceVerdict, Tier
 from dlu_prime.master.causality import FaultInFlight, Report, effect_of
 from dlu_prime.master.elastic_policy import NODE_LOST as LOSS_CAUSE
 from dlu_prime.master.monitor import Failure
@@ -130,6 +130,17 @@ def _first_per_actor(failures: Sequence[Failure]) -> list[Failure]:
     return out
 
 
+def _to_replace(state: JobState) -> set[str]:
+    """The actors the failover in flight has yet to replace (saved INIT when it began): their
+    failures are its fault's. One it already replaced (placed, or started) that fails again is
+    a new fault (seed 8553: the node of a replacement lost before a rebuilt PrimeMaster resumed)."""
+    record = state.failover
+    if record is None:
+        return set[str]()
+    actors = state.actors
+    return {n for n in record.actors if n not in actors or actors[n].stage is ActorStage.INIT}
+
+
 def plan_failover(
     state: JobState,
     failures: Sequence[Failure],
@@ -143,7 +154,7 @@ def plan_failover(
     if state.stage is not JobStage.RUNNING:
         # The seed: reports during non-RUNNING stages are ignored; a restart is under way.
         return FailoverPlan(ignored=tuple(failures))
-    in_flight = set(state.failover.actors) if state.failover is not None else set[str]()
+    in_flight = _to_replace(state)
     if state.resize is not None:  # being created or stopped by a resize: that resize's
         in_flight |= {*state.resize.added, *state.resize.removed}
     ignored = [f for f in failures if f.actor in in_flight]

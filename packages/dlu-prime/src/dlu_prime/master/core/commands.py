@@ -16,6 +16,7 @@ from typing import Any
 from dlu_prime.extension import NodeInfo
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Failure
+from dlu_prime.scheduler.base import ActorObservation
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,23 @@ class FindDeadPeers:
 
     peers: Mapping[str, str | None]  # actor -> its node
     report: InPlaceReport
+
+
+@dataclass(frozen=True)
+class SeeReplaced:
+    """A rebuilt PrimeMaster resuming a saved failover: how the replacements its dead predecessor
+    had already placed are now (a view, not an action). One that died since is a new fault, judged
+    and counted before the failover goes on; the value is `ReplacedSeen`."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReplacedSeen:
+    """`SeeReplaced`'s answer: each name's poll, and whether an Extension can relaunch nodes."""
+
+    observations: Mapping[str, ActorObservation]
+    has_extension: bool
 
 
 @dataclass(frozen=True)
@@ -313,6 +331,7 @@ Command = (
     | RelaunchNodes
     | FindDeadNodes
     | FindDeadPeers
+    | SeeReplaced
     | ForgetLiveness
     | AdoptResized
     | SetMemory

@@ -44,6 +44,7 @@ from dlu_prime.master.core.commands import (
     ReplaceActors,
     RequeueShards,
     RunChecks,
+    SeeReplaced,
     StartActors,
     StopActors,
 )
@@ -111,6 +112,8 @@ def decide(state: JobState, event: Event, now: float) -> Decision:
             return failover_chain.escalate(state, event)
         case CarryOn(then=then):
             return failover_chain.carry_on(state, then)
+        case Done(command=SeeReplaced()):
+            return failover_chain.replaced_seen(state, event, now)
         case Done():
             return _done(state, event)
 
@@ -118,7 +121,7 @@ def decide(state: JobState, event: Event, now: float) -> Decision:
 def _tick(state: JobState) -> Decision:
     if state.stage is JobStage.STOPPING:
         return stages.finish_stopping(state)
-    return failover_chain.resume(state)
+    return failover_chain.resume_saved(state)
 
 
 def _done(state: JobState, done: Done) -> Decision:

@@ -20,6 +20,7 @@ from dlu_prime.master.change_types import (
     FailoverBegan,
     FailoverEnded,
     NodesRelaunched,
+    Observed,
     StageChanged,
 )
 from dlu_prime.master.core.commands import (
@@ -28,39 +29,43 @@ from dlu_prime.master.core.commands import (
     RecoverSubMasters,
     RelaunchNodes,
     ReplaceActors,
+    ReplacedSeen,
     RunChecks,
+    SeeReplaced,
     StartActors,
     SubMasterFailover,
     Then,
     Wake,
 )
 from dlu_prime.master.core.decision import Decision, stage_change, stopping
-from dlu_prime.master.core.events import CarryOn, Done, RecoveryFailed
+from dlu_prime.master.core.events import CarryOn, Done, PassApplied, PassObserved, RecoveryFailed
 from dlu_prime.master.core.setup_retry import retry_setup
+from dlu_prime.master.elastic_policy import elastic_roles
 from dlu_prime.master.failover import Recovery, job_restart
-from dlu_prime.master.lifecycle import EXIT_FAILED, start_targets
-from dlu_prime.master.monitor import Failure
+from dlu_prime.master.lifecycle import EXIT_FAILED, gone, start_targets
+from dlu_prime.master.monitor import Assessment, Failure, assess
 from dlu_prime.master.resize_plan import SubMasterAway
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord, JobState
 from dlu_prime.master.tiers import escalation
 
 
 def begin(state: JobState, recovery: Recovery, then: Then, escalated: bool = False) -> Decision:
-    """Count and save the recovery in flight, then its first step. A role failover waiting for
-    its dead SubMaster (`after`) is taken into that SubMaster's recovery: one action recovers
-    both, each fault counted once on its own culprit."""
+    """Count and save the recovery in flight, then its first step. A role or SubMaster failover
+    still in flight for the same role (one waiting for its dead SubMaster, or a saved one whose
+    replacement died before a rebuilt PrimeMaster resumed it) is taken into the new recovery:
+    one action recovers both, each fault counted once on its own culprit; the SubMaster tier
+    if either is one (its SubMaster is replaced and set up, then the ranks started)."""
     waiting = state.failover
     widens: tuple[str, ...] = ()
-    if (
-        waiting is not None
-        and waiting.tier is Tier.ROLE
-        and recovery.tier is Tier.SUB_MASTER
-        and waiting.role == recovery.role
-    ):
+    tier = recovery.tier
+    ladder = (Tier.ROLE, Tier.SUB_MASTER)
+    if waiting is not None and waiting.tier in ladder and tier in ladder and waiting.role == recovery.role:
         widens = tuple(n for n in waiting.actors if n not in recovery.actors)
+        if widens and waiting.tier is Tier.SUB_MASTER:
+            tier = Tier.SUB_MASTER
     actors = (*recovery.actors, *widens)
-    first = _first_step(state, recovery.tier, recovery.role, actors, recovery.reason, then)
-    return Decision((FailoverBegan(recovery, escalated, widens),)).then(first)
+    first = _first_step(state, tier, recovery.role, actors, recovery.reason, then)
+    return Decision((FailoverBegan(recovery, escalated, widens, tier),)).then(first)
 
 
 def resume(state: JobState) -> Decision:
@@ -71,13 +76,53 @@ def resume(state: JobState) -> Decision:
     return _first_step(state, record.tier, record.role, tuple(record.actors), record.reason, Then())
 
 
+def resume_saved(state: JobState) -> Decision:
+    """A rebuilt PrimeMaster's saved recovery in flight. The replacements the dead one had
+    already placed are looked at first (`SeeReplaced`): replacing one again from the first step
+    would absorb, uncounted, a death it met in between (its new node lost, its process killed).
+    An actor not replaced yet is not: its death is not told from the dead one's own restart."""
+    record = state.failover
+    if record is None or state.stage is not JobStage.RUNNING:
+        return Decision()
+    shrinks = {r.name for r in elastic_roles(state)}  # node losses the elastic chain judges
+    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER) or record.role in shrinks:
+        return resume(state)  # open: a job restart's, a MIN:MAX elastic role's (unlooked-at)
+    placed = tuple(
+        n for n in record.actors if n in state.actors and state.actors[n].stage is not ActorStage.INIT
+    )
+    if placed:
+        return Decision((), (SeeReplaced(placed),))
+    return resume(state)
+
+
+def replaced_seen(state: JobState, done: Done, now: float) -> Decision:
+    """The placed replacements as the rebuilt PrimeMaster found them: all alive, the failover
+    goes on from its first step; one that failed since is judged as a pass judges a failure
+    (its event, its count on its culprit and node, the limits), and its recovery takes the saved
+    failover's other actors along (`begin`)."""
+    seen = done.value
+    if done.error is not None or not isinstance(seen, ReplacedSeen):
+        return resume(state)  # no view: as before, the failover replaces them all
+    judged = assess(state, seen.observations, now)
+    if not judged.failures:
+        return resume(state)
+    found = Assessment(failures=judged.failures, errors_seen=judged.errors_seen)
+    lost = frozenset(n for n, o in seen.observations.items() if gone(o) or o.unavailable)
+    observed = PassObserved(found, lost, seen.has_extension)
+    return Decision((Observed(found),), follow=PassApplied(observed))
+
+
 def carry_on(state: JobState, then: Then) -> Decision:
-    """After a step ended well: stop as the chain must, or begin the pass's next recovery."""
+    """After a step ended well: stop as the chain must, or begin the pass's next recovery. One
+    of the role of a failover still in flight goes first, so that `begin` takes it along (a
+    recovery of another role begun first would end it unfinished)."""
     if then.stop is not None:
         return stopping(state, EXIT_FAILED, then.stop)
     if not then.recoveries or state.stage is not JobStage.RUNNING:
         return Decision()
-    first, *rest = then.recoveries
+    waiting = state.failover
+    ordered = sorted(then.recoveries, key=lambda r: waiting is not None and r.role != waiting.role)
+    first, *rest = ordered
     return begin(state, first, Then(tuple(rest)))
 
 
