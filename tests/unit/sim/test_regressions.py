@@ -48,6 +48,11 @@ REGRESSIONS = {
     # the ranks lost with it were a second counted failover. That role's resume is not looked
     # at (docs/failover.md, still open).
     16919: "counted once",
+    # (the 100,000-seed run) a counted own fault, then a resize of its role (a `dlu scale`), then
+    # the loss of the node it had happened on, which now held a rank of the new world: the loss
+    # forgave it. Only restarts since the role's last resize can be the loss's effect.
+    45861: "counted once",
+    78917: "counted once",
 }
 
 

@@ -180,6 +180,13 @@ def forgiven_by_loss(state: JobState, role: str, seen_gone_at: float, lost_actor
     """How many of the role's counted in-place restarts the loss of `lost_actors` caused: they
     are the resize's, not faults. An independent crash just before it stays counted."""
     since = seen_gone_at - state.spec.health.monitor_interval_s - POLL_LAG_S
+    # A restart before the role's world was last re-formed (a resize done) was in a world the
+    # loss never touched: its node may since host a lost rank (seeds 45861, 78917: a counted own
+    # crash, then a `dlu scale`, then the node of that crash lost, forgave it).
+    reformed = [
+        e.time for e in state.events if e.kind == "resize_done" and e.role == role and e.time <= seen_gone_at
+    ]
+    since = max([since, *reformed])
     lost_nodes = {state.actors[n].node_id for n in lost_actors if n in state.actors} - {None}
     restarts = [
         (e.actor, e.node_id, e.message)
