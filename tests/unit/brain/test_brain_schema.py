@@ -1,5 +1,6 @@
-"""The first schema is frozen: a database migrated to version 1 matches the snapshot fixture, and
-`schema.py` (what the queries use) matches what the migrations build, so neither drifts."""
+"""Each schema version is frozen: a database migrated to version N matches its snapshot fixture
+(schema_vN.json), `schema.py` (what the queries use) matches what the migrations build, so neither
+drifts, and a database of an older version, with its data, is migrated and read by today's Brain."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from dlu_brain import Brain, BrainDatabase, OptimizerSettings
 from dlu_brain.db import schema
-from dlu_brain.db.migrations import migrate
+from dlu_brain.db.migrations import LATEST, migrate
+from dlu_prime.brain_port import StatSample
 
 pytestmark = pytest.mark.timeout(60)
-SNAPSHOT = Path(__file__).with_name("schema_v1.json")
+HERE = Path(__file__).parent
 
 
 def _shape(engine: sa.Engine) -> dict[str, Any]:
@@ -31,10 +34,11 @@ def _shape(engine: sa.Engine) -> dict[str, Any]:
     }
 
 
-def test_version_1_matches_its_snapshot() -> None:
+@pytest.mark.parametrize("version", range(1, LATEST + 1))
+def test_each_version_matches_its_snapshot(version: int) -> None:
     engine = sa.create_engine("sqlite://")
-    assert migrate(engine, target=1) == 1
-    assert _shape(engine) == json.loads(SNAPSHOT.read_text())
+    assert migrate(engine, target=version) == version
+    assert _shape(engine) == json.loads((HERE / f"schema_v{version}.json").read_text())
 
 
 def test_schema_module_matches_the_migrated_database() -> None:
@@ -54,3 +58,44 @@ def test_a_database_with_data_survives_migrating_again(tmp_path: Path) -> None:
     migrate(engine)
     with engine.connect() as conn:
         assert conn.execute(sa.select(schema.jobs.c.name)).scalars().all() == ["j"]
+
+
+def test_a_version_1_database_loads_and_its_jobs_keep_the_brains_threshold(tmp_path: Path) -> None:
+    """A Brain database from before jobs sent their threshold: migrated to today's schema on
+    resume, its running job taken back, and planned with the Brain's own setting."""
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = sa.create_engine(url)
+    migrate(engine, target=1)
+    trainer = {"kind": "elastic", "size": 4, "min_size": 1, "max_size": 8, "elastic": True}
+    with engine.begin() as conn:  # what a version-1 Brain wrote: no marginal_threshold column
+        conn.execute(sa.text(
+            "INSERT INTO jobs (name, run_id, signature, roles, entrypoint, config_hash, started_at) "
+            "VALUES ('lm', 'r1', 's', :roles, 'train:main', 'c', 1.0)"
+        ), {"roles": json.dumps({"trainer": trainer})})  # fmt: skip
+        job_id = conn.execute(sa.text("SELECT id FROM jobs")).scalar_one()
+        for seq, (size, speed) in enumerate([(3, 250.0)] * 3 + [(4, 300.0)] * 2, start=1):
+            conn.execute(sa.text(
+                "INSERT INTO stats_samples (job_id, seq, time, kind, role, world_size, samples_per_s) "
+                "VALUES (:j, :seq, :seq, 'throughput', 'trainer', :n, :v)"
+            ), {"j": job_id, "seq": seq, "n": size, "v": speed})  # fmt: skip
+        conn.execute(sa.text(
+            "INSERT INTO optimize_events (job_id, time, kind, role, detail, state) VALUES "
+            "(:j, 1, 'job_start', NULL, '{}', 'no_change'), "
+            "(:j, 2, 'throughput_measured', 'trainer', '{\"world_size\": 3}', 'no_change')"
+        ), {"j": job_id})  # fmt: skip
+    engine.dispose()
+    for own, plan_size in ((0.7, 3), (0.3, 5)):  # the Brain's own setting decides
+        copy = tmp_path / f"copy-{own}.sqlite"
+        copy.write_bytes((tmp_path / "old.sqlite").read_bytes())
+        brain = Brain(
+            BrainDatabase(f"sqlite:///{copy}"), optimizer_settings=OptimizerSettings(linear_threshold=own)
+        )
+        assert brain.resume() == 1
+        row = brain.db.find_job("lm", "r1")
+        assert row is not None and row.marginal_threshold is None
+        # the third sample at 4 nodes: measured; 3 -> 4 brought 50 of a linear 83.3 samples/s: 60%
+        brain.add_samples("lm", "r1", [StatSample(seq=6, time=6.0, kind="throughput", role="trainer",
+                                                  world_size=4, samples_per_s=300.0)])  # fmt: skip
+        (plan,) = brain.plan("lm", "r1").roles
+        assert plan.size == plan_size, plan.reason
+        brain.db.close()

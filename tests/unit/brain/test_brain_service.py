@@ -8,23 +8,36 @@ from pathlib import Path
 import pytest
 
 from dlu_brain import AdminSettings, Brain, BrainDatabase, OptimizerSettings
-from dlu_prime.brain_port import JobRegistration, PlanOutcome, RoleShape, StatSample
+from dlu_prime.brain_port import JobRegistration, PlanOutcome, RolePlan, RoleShape, StatSample
 
 pytestmark = pytest.mark.timeout(60)
 COMM = {n: 1.0 / (1.0 / n + 0.02 * n) for n in range(1, 9)}  # compute / N + comm x N: best at 7
 
 
-def reg(run: str, name: str = "lm") -> JobRegistration:
+def reg(run: str, name: str = "lm", threshold: float | None = None) -> JobRegistration:
     shape = RoleShape(kind="elastic", size=2, min_size=1, max_size=8, elastic=True, actors_per_unit=2,
                       actor_resources={"CPU": 1.0})  # fmt: skip
     return JobRegistration(
-        name=name, run_id=run, roles={"trainer": shape}, entrypoint="train:main", config_hash="x"
-    )
+        name=name, run_id=run, roles={"trainer": shape}, entrypoint="train:main", config_hash="x",
+        marginal_threshold=threshold,
+    )  # fmt: skip
 
 
 def speeds(seq0: int, size: int, value: float, n: int = 3) -> list[StatSample]:
     return [StatSample(seq=seq0 + i, time=float(seq0 + i), kind="throughput", role="trainer", world_size=size,
                        samples_per_s=value) for i in range(n)]  # fmt: skip
+
+
+def measure_and_apply(brain: Brain, name: str, sizes: list[int]) -> RolePlan:
+    """The job runs each size in turn (the COMM curve) and applies each plan, as its master
+    does; the plan after the last size."""
+    for size in sizes:
+        brain.add_samples(name, "r1", speeds(10 * size, size, 100.0 * COMM[size]))
+        (plan,) = brain.plan(name, "r1").roles
+        if size != sizes[-1]:
+            assert plan.size == size + 1 and plan.id is not None, plan.reason
+            brain.plan_outcome(name, PlanOutcome(run_id="r1", plan_id=plan.id, state="applied"))
+    return plan
 
 
 @pytest.fixture
@@ -61,6 +74,32 @@ def test_the_brains_threshold_is_its_own_setting(tmp_path: Path) -> None:
         strict.add_samples("lm", "r1", speeds(1 + 3 * (size - 1), size, COMM[size]))
     strict.end_job("lm", "r1", "succeeded")
     assert [p.size for p in strict.start_job(reg("r2")).roles] == [3]  # 3 -> 4 keeps 58% of linear
+    # a job that sends its own threshold is planned with it, from the same history
+    (own,) = strict.start_job(reg("r3", threshold=0.3)).roles
+    assert own.size == 5 and "threshold 30% of linear" in own.reason
+
+
+def test_two_jobs_with_different_thresholds_get_different_plans_from_one_curve(tmp_path: Path) -> None:
+    brain = Brain(
+        BrainDatabase(f"sqlite:///{tmp_path / 'brain.sqlite'}"),
+        AdminSettings(min_samples=3),
+        optimizer_settings=OptimizerSettings(linear_threshold=0.7),
+    )
+    brain.resume()
+    jobs = {"eager": 0.3, "strict": 0.7, "older": None}  # older: registered without a threshold
+    plans: dict[str, RolePlan] = {}
+    for name, threshold in jobs.items():
+        brain.start_job(reg("r1", name=name, threshold=threshold))
+        # the same measured curve for each: 2 -> 3 keeps 75% of linear, 3 -> 4 keeps 58%
+        plans[name] = measure_and_apply(brain, name, [2, 3, 4])
+    assert {n: (p.size, p.algorithm) for n, p in plans.items()} == {
+        "eager": (5, "marginal_scaling"),  # 58% >= 30%: grow on
+        "strict": (3, "marginal_scaling"),  # 58% < 70%: back to 3
+        "older": (3, "marginal_scaling"),  # the Brain's own 70%
+    }
+    assert "(< 70%)" in plans["strict"].reason and "(< 70%)" in plans["older"].reason
+    status = {j["name"]: j["marginal_threshold"] for j in brain.status()["jobs"]}
+    assert status == {"eager": 0.3, "strict": 0.7, "older": 0.7}
 
 
 def test_measured_sizes_drive_marginal_scaling(brain: Brain) -> None:
@@ -116,6 +155,23 @@ def test_the_jobs_own_unplaceable_report_stops_the_proposal(brain: Brain) -> Non
     assert job is not None
     assert "throughput_drop" in [e.kind for e in brain.db.events(job.id)]
     assert [p.size for p in brain.db.plans(job.id)] == [3]  # not proposed again
+
+
+def test_a_restarted_brain_keeps_each_jobs_threshold(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'brain.sqlite'}"
+    first = Brain(BrainDatabase(url), AdminSettings(min_samples=3))
+    first.resume()
+    first.start_job(reg("r1", threshold=0.7))
+    grow = measure_and_apply(first, "lm", [2, 3])
+    assert grow.size == 4 and grow.id is not None
+    first.plan_outcome("lm", PlanOutcome(run_id="r1", plan_id=grow.id, state="applied"))
+    first.add_samples("lm", "r1", speeds(40, 4, 100.0 * COMM[4], n=2))  # 4 nodes not measured yet
+    first.db.close()
+    again = Brain(BrainDatabase(url), AdminSettings(min_samples=3))  # its own setting: 30%
+    again.resume()
+    again.add_samples("lm", "r1", speeds(42, 4, 100.0 * COMM[4], n=1))  # the third: measured
+    (plan,) = again.plan("lm", "r1").roles
+    assert plan.size == 3 and "(< 70%)" in plan.reason  # the job's 70%, read back from the database
 
 
 def test_a_restarted_brain_resumes_every_administrator(brain: Brain, tmp_path: Path) -> None:

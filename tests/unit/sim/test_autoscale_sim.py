@@ -224,6 +224,22 @@ def test_cluster_mode_executes_the_brains_plans_and_a_second_run_starts_at_the_b
     assert when <= 2 and nodes(second) == settled
 
 
+def test_in_cluster_mode_the_brain_sizes_with_the_jobs_own_threshold(brain_server: BrainServer) -> None:
+    """The spec's marginal_threshold travels with the registration: a job asking for 70% settles
+    where single-job mode with 70% does, not where the Brain's own 30% would take it."""
+    alone = AutoscaleSim(elastic_spec(1, 8, threshold=0.7))
+    alone.with_steps(ElasticSteps(ELASTIC, compute_s=1.0, comm_s=0.04)).run(400)
+    spec = elastic_spec(1, 8, mode="cluster", threshold=0.7, brain_url=brain_server.url, name="strict")
+    planned = AutoscaleSim(spec)
+    planned.autoscale.brain = BrainClient(brain_server.url, clock=planned.clock)
+    planned.with_steps(ElasticSteps(ELASTIC, compute_s=1.0, comm_s=0.04)).run(400)
+    assert planned.autoscale.mode is BrainMode.CLUSTER
+    assert all(d.startswith("Brain plan #") for _, d in planned.trace.decisions)
+    assert nodes(planned) == nodes(alone) < 4  # 4: the default threshold's size (the test above)
+    row = brain_server.brain.db.find_job("strict")
+    assert row is not None and row.marginal_threshold == 0.7
+
+
 def test_with_the_brain_away_the_job_decides_alone_and_buffers_its_statistics() -> None:
     spec = elastic_spec(1, 8, mode="cluster", brain_url="http://127.0.0.1:9")  # nothing listens
     sim = AutoscaleSim(spec)

@@ -31,7 +31,9 @@ def plan_lines(db: BrainDatabase, name: str) -> list[str]:
     if job is None:
         raise KeyError(f"the Brain's database ({db.where}) has no job {name!r}")
     state = "running" if job.ended_at is None else f"finished ({job.outcome})"
-    lines = [f"{job.name} run {job.run_id}: {state}"]
+    own = job.marginal_threshold
+    threshold = "the Brain's threshold" if own is None else f"threshold {own:.0%} of linear"
+    lines = [f"{job.name} run {job.run_id}: {state} ({threshold})"]
     plans = db.current_plans(job.id)
     if not plans:
         lines.append("  no plan: the job runs the sizes its spec gives")

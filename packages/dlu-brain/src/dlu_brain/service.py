@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlu_brain.administrator import AdminSettings, JobAdministrator, Trigger
@@ -168,6 +168,7 @@ class Brain:
                         "run_id": j.row.run_id,
                         "sizes": j.sizes,
                         "signature": j.row.signature,
+                        "marginal_threshold": self._settings_for(j).linear_threshold,
                     }
                     for j in self._jobs.values()
                 ],
@@ -191,10 +192,15 @@ class Brain:
     def _handle(self, job: _Job, triggers: list[Trigger]) -> None:
         for trigger in triggers:
             event_id = self.db.add_event(job.row.id, trigger.kind, trigger.role, _jsonable(trigger.detail))
-            plans = plan_for(trigger, self._facts(job, trigger), self.settings)
+            plans = plan_for(trigger, self._facts(job, trigger), self._settings_for(job))
             for plan in plans:
                 self._execute(job, plan, event_id)
             self.db.set_event_state(event_id, "planned" if plans else "no_change")
+
+    def _settings_for(self, job: _Job) -> OptimizerSettings:
+        """The job's own threshold where it sent one; the Brain's setting for a job that did not."""
+        own = job.row.marginal_threshold
+        return self.settings if own is None else replace(self.settings, linear_threshold=own)
 
     def _execute(self, job: _Job, plan: RolePlan, event_id: int) -> None:
         shape = job.admin.roles[plan.role]

@@ -96,7 +96,9 @@ def brain_status(brain: BrainUrlOpt = DEFAULT_BRAIN_URL) -> None:
     status = answer.json()
     echo(f"Brain at {brain}: database {status['database']}, {len(status['jobs'])} running jobs")
     for job in status["jobs"]:
-        echo(f"  {job['name']} run {job['run_id']}: sizes {json.dumps(job['sizes'], sort_keys=True)}")
+        threshold = job.get("marginal_threshold")  # absent from an older Brain's answer
+        shown = f", threshold {threshold:.0%} of linear" if isinstance(threshold, int | float) else ""
+        echo(f"  {job['name']} run {job['run_id']}: sizes {json.dumps(job['sizes'], sort_keys=True)}{shown}")
     cluster = status.get("cluster")
     if cluster:
         echo(

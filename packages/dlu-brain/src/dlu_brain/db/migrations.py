@@ -105,8 +105,15 @@ def _v1_tables(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _v2_job_threshold(conn: sa.Connection) -> None:
+    """The job's own marginal threshold (NULL for the jobs registered before it: the Brain's
+    setting plans them). Plain DDL: ADD COLUMN of a nullable column is the same on both backends."""
+    conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN marginal_threshold FLOAT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs, statistics samples, optimize events, plans, cluster samples", _v1_tables),
+    Migration(2, "jobs.marginal_threshold: the job's own share of linear scaling", _v2_job_threshold),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -28,6 +28,8 @@ jobs = sa.Table(
     sa.Column("started_at", sa.Float, nullable=False),
     sa.Column("ended_at", sa.Float, nullable=True),
     sa.Column("outcome", sa.String(40), nullable=True),
+    # The job spec's autoscale.marginal_threshold (version 2); NULL: the Brain's own setting.
+    sa.Column("marginal_threshold", sa.Float, nullable=True),
     sa.UniqueConstraint("name", "run_id", name="uq_jobs_name_run"),
 )
 

@@ -44,6 +44,7 @@ class JobRow:
     started_at: float
     ended_at: float | None
     outcome: str | None
+    marginal_threshold: float | None = None  # None: registered without one (the Brain's own)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class BrainDatabase:
                         roles={k: v.model_dump() for k, v in job.roles.items()},
                         entrypoint=job.entrypoint,
                         config_hash=job.config_hash,
+                        marginal_threshold=job.marginal_threshold,
                         started_at=time.time() if now is None else now,
                     )
                 )
@@ -375,6 +377,7 @@ def _job(row: sa.Row[Any]) -> JobRow:
         started_at=row.started_at,
         ended_at=row.ended_at,
         outcome=row.outcome,
+        marginal_threshold=row.marginal_threshold,
     )
 
 

@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from dlu_brain.db import LATEST, BrainDatabase, SchemaTooNewError
+from dlu_brain.db import LATEST, BrainDatabase, JobRow, SchemaTooNewError
 from dlu_prime.brain_port import JobRegistration, RolePlan, RoleShape, StatSample
 
 __all__ = ["BrainDatabaseConformance", "registration"]
@@ -93,6 +93,13 @@ class BrainDatabaseConformance:
         newest = db.find_job("job")
         assert newest is not None and newest.run_id == "run-2"
         assert db.find_job("nobody") is None
+
+    def test_the_jobs_threshold_is_stored_or_left_out(self, db: BrainDatabase) -> None:
+        own = db.register_job(registration("own").model_copy(update={"marginal_threshold": 0.7}))
+        older = db.register_job(registration("older"))  # a job that sends none (the Brain's own)
+        assert [(j.name, j.marginal_threshold) for j in db.running_jobs()] == [("own", 0.7), ("older", None)]
+        assert (db.job(own) or _absent()).marginal_threshold == 0.7
+        assert (db.job(older) or _absent()).marginal_threshold is None
 
     def test_running_and_finished_jobs(self, db: BrainDatabase) -> None:
         a = db.register_job(registration("a"), now=1)
@@ -207,3 +214,7 @@ class BrainDatabaseConformance:
             thread.join(timeout=120)
         assert errors == []
         assert len(db.samples(job)) == 80
+
+
+def _absent() -> JobRow:
+    raise AssertionError("a job just registered is not in the database")

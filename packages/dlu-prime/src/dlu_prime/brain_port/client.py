@@ -136,9 +136,7 @@ class BrainClient(BrainPort):
         name = self._job.name
         try:
             if not self._registered:
-                self._first_plan = JobPlan.model_validate(
-                    self._call("POST", f"/v1/jobs/{name}/start", json=self._job.model_dump(mode="json"))
-                )
+                self._first_plan = JobPlan.model_validate(self._register(self._job))
                 self._registered = True
             while self._pending:
                 chunk = [self._pending[i] for i in range(min(CHUNK, len(self._pending)))]
@@ -167,6 +165,24 @@ class BrainClient(BrainPort):
         self._up = True
         self._backoff = self._retry_min_s
         return True
+
+    def _register(self, job: JobRegistration) -> Any:
+        """POST the registration. An older Brain refuses the fields it does not know (its wire
+        models forbid extras): the job then registers without its threshold, and says so, rather
+        than leave cluster mode for good."""
+        path = f"/v1/jobs/{job.name}/start"
+        try:
+            return self._call("POST", path, json=job.model_dump(mode="json", exclude_none=True))
+        except BrainRefused as exc:
+            told = str(exc)
+            if job.marginal_threshold is None or not ("marginal_threshold" in told and "extra" in told):
+                raise
+        logger.warning(
+            "the Brain at %s is older and takes no marginal_threshold: it plans job %s with its own "
+            "threshold, not the spec's %g", self.url, job.name, job.marginal_threshold,
+        )  # fmt: skip
+        self._job = job.model_copy(update={"marginal_threshold": None})
+        return self._call("POST", path, json=self._job.model_dump(mode="json", exclude_none=True))
 
     def _drop_refused(self, path: str) -> None:
         if path.endswith("/start"):

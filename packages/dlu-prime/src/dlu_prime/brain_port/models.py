@@ -41,10 +41,19 @@ class JobRegistration(WireModel):
     roles: dict[str, RoleShape]
     entrypoint: str
     config_hash: str = Field(max_length=64)
+    marginal_threshold: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="The spec's autoscale.marginal_threshold: the Brain plans this job's elastic "
+        "roles with it. None (a job from before it was sent): the Brain's own setting.",
+    )
 
     @property
     def signature(self) -> str:
-        """Same roles (kinds and bounds), entrypoint and config: the same job for the Brain's history."""
+        """Same roles (kinds and bounds), entrypoint and config: the same job for the Brain's history.
+        Not the threshold: what a size measured does not depend on it, each run judges it by its own."""
         shape = {name: [r.kind, r.min_size, r.max_size, r.elastic] for name, r in sorted(self.roles.items())}
         text = json.dumps([shape, self.entrypoint, self.config_hash], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -147,6 +156,7 @@ def registration_from_spec(spec: JobSpec, run_id: str) -> JobRegistration:
         roles=roles,
         entrypoint=entry,
         config_hash=hashlib.sha256(config.encode()).hexdigest()[:32],
+        marginal_threshold=spec.autoscale.marginal_threshold,
     )
 
 
