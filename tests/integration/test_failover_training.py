@@ -9,15 +9,16 @@ tier (the SubMaster, i.e. the ElasticMaster, is killed there).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lm_jobs import lm_job, status_of, wait_until
+from side_by_side import outcome, run_checks
 
 from dlu_api.spec import spec_from_dict
 
@@ -249,18 +250,8 @@ def side_by_side(
     """The checks run side by side, three at a time (a PrimeMaster takes 1 of the session Ray's 8
     CPUs): a job's time is mostly its paced steps and its recoveries' waits, which the others
     fill. What each check raised, its test raises."""
-    with ThreadPoolExecutor(3) as pool:
-        running = {
-            name: pool.submit(check, clean_loss, tmp_path_factory.mktemp(name))
-            for name, check in SIDE_BY_SIDE.items()
-        }
-        return {name: future.exception() for name, future in running.items()}
-
-
-def outcome(side_by_side: dict[str, BaseException | None], name: str) -> None:
-    error = side_by_side[name]
-    if error is not None:
-        raise error
+    checks = {name: functools.partial(check, clean_loss) for name, check in SIDE_BY_SIDE.items()}
+    return run_checks(checks, tmp_path_factory, at_once=3)
 
 
 def test_failover_training_actor_killed_twice_in_one_role(

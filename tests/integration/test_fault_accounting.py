@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lm_jobs import lm_job, status_of, wait_until
+from side_by_side import outcome, run_checks
 
 from dlu_api.status import JobStatus
 
@@ -140,15 +140,7 @@ def hangs(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     aimed at its own rank's process): a job's time is mostly its paced steps and the 3 s
     heartbeat timeout it waits out. What each check raised, its test raises."""
     checks = {"hung": _hung, "first_beat": _hung_before_first_beat}
-    with ThreadPoolExecutor(len(checks)) as pool:
-        running = {name: pool.submit(check, tmp_path_factory.mktemp(name)) for name, check in checks.items()}
-        return {name: future.exception() for name, future in running.items()}
-
-
-def outcome(results: dict[str, BaseException | None], name: str) -> None:
-    error = results[name]
-    if error is not None:
-        raise error
+    return run_checks(checks, tmp_path_factory, at_once=len(checks))
 
 
 def test_hung_training_process_is_restarted_in_place_blamed_on_its_rank(

@@ -11,6 +11,7 @@ nodes' Prometheus endpoints, as a Prometheus server would scrape them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -20,13 +21,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from side_by_side import outcome, run_checks
 from terminal import ANSI, ERASE_LINE, final_screen, run_in_terminal
 from wheel_envs import RayCluster, Venv, make_venv, run_ok
 
@@ -567,18 +568,10 @@ def side_by_side(
     (each its own job, as before, named apart): their time is mostly waits (a job placed and
     polled, a 16 s job watched, Ray's metrics agents' report interval), which the others fill.
     What each check raised, its test raises."""
-    with ThreadPoolExecutor(3) as pool:
-        running = {
-            name: pool.submit(check, driver_venv, ray_cluster, tmp_path_factory.mktemp(name))
-            for name, check in SIDE_BY_SIDE.items()
-        }
-        return {name: future.exception() for name, future in running.items()}
-
-
-def outcome(side_by_side: dict[str, BaseException | None], name: str) -> None:
-    error = side_by_side[name]
-    if error is not None:
-        raise error
+    checks = {
+        name: functools.partial(check, driver_venv, ray_cluster) for name, check in SIDE_BY_SIDE.items()
+    }
+    return run_checks(checks, tmp_path_factory, at_once=3)
 
 
 def test_reference_job_across_nodes_from_a_dlu_api_only_driver(
