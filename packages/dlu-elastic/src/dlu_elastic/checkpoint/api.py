@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from dlu_elastic.checkpoint import disk, replica, replica_load, resize_load, shm
-from dlu_elastic.checkpoint.broadcast import broadcast_state
+from dlu_elastic.checkpoint.broadcast import broadcast_state, layout_of
 from dlu_elastic.checkpoint.layout import (
     CheckpointError,
     TensorEntry,
@@ -388,14 +388,19 @@ class FlashCheckpointer:
         keys = [f"dlu_ckpt/gather/{self._calls}/{r}" for r in range(world)]
         store.set(keys[dist.get_rank()], pickle.dumps(mine))
         store.wait(keys)
-        return [pickle.loads(store.get(key)) for key in keys]
+        return [pickle.loads(value) for value in store.multi_get(keys)]  # one round trip, not world
 
     def _share_empty(self, state: tuple[bool, Any], world: int) -> Any:
         """A DDP job saved on rank 0 only: every rank gets rank 0's state (tensors broadcast)."""
         empty, value = state
-        if world == 1 or not any(self._gather(empty, world)):
+        if world == 1:
             return value
-        shared = broadcast_state(value, 0, lambda mine: self._gather(mine, world))
+        rank = _rank_world()[0]
+        # one gather for both: who saved None, and rank 0's layout (what the others unpack)
+        everyone = self._gather((empty, layout_of(value) if rank == 0 else None), world)
+        if not any(e for e, _ in everyone):
+            return value
+        shared = broadcast_state(value, 0, lambda mine: self._gather(mine, world), layout=everyone[0][1])
         return shared if empty else value
 
     def close(self) -> None:
