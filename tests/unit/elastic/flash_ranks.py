@@ -3,7 +3,8 @@
 `python flash_ranks.py FOLDER OUT` saves steps 1..3 of a DDP-shaped state (rank 0 its state,
 the other ranks None, as train_lm.py does), then loads the newest committed step through a new
 view of the slots (what a restarted process has) and writes to OUT what it got: the step, the
-source, each tensor's bytes (hex) and how many broadcasts the restore made. RANK, WORLD_SIZE,
+source, each tensor's bytes (hex) and how many broadcasts and gathers (TCPStore round trips of
+every rank) the restore made. RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT (the saves' group) and LOAD_PORT (the load's) come from the
 environment.
 """
@@ -82,22 +83,26 @@ def main() -> None:
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=int(os.environ["WORLD_SIZE"])
     )
-    broadcasts = 0
-    real = dist.broadcast
+    calls = {"broadcasts": 0, "gathers": 0}
+    real_broadcast, real_gather = dist.broadcast, FlashCheckpointer._gather  # pyright: ignore[reportPrivateUsage]
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal broadcasts
-        broadcasts += 1
-        return real(*args, **kwargs)
+    def broadcast(*args: Any, **kwargs: Any) -> Any:
+        calls["broadcasts"] += 1
+        return real_broadcast(*args, **kwargs)
 
-    dist.broadcast = counted
+    def gather(self: FlashCheckpointer, mine: Any, world: int) -> list[Any]:
+        calls["gathers"] += 1
+        return real_gather(self, mine, world)
+
+    dist.broadcast = broadcast
+    FlashCheckpointer._gather = gather  # pyright: ignore[reportPrivateUsage]
     restored = FlashCheckpointer(folder).load()
-    dist.broadcast = real
+    dist.broadcast, FlashCheckpointer._gather = real_broadcast, real_gather  # pyright: ignore[reportPrivateUsage]
     assert restored is not None
     found = {
         "step": restored.step,
         "source": restored.source,
-        "broadcasts": broadcasts,
+        **calls,
         "state": tensor_bytes(restored.state),
         "expected": tensor_bytes(state(restored.step)),
     }

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from dlu_elastic.checkpoint import disk, replica, replica_load, resize_load, shm
-from dlu_elastic.checkpoint.broadcast import broadcast_state, layout_of
+from dlu_elastic.checkpoint.broadcast import Told, broadcast_state, layout_of, tell
 from dlu_elastic.checkpoint.layout import (
     CheckpointError,
     TensorEntry,
@@ -223,7 +223,16 @@ class FlashCheckpointer:
         own = self.own_steps()
         mine = {step: (h.rank, h.world) for step, slot in own.items() if (h := self._writers[slot].header())}
         held = replica_load.held(self.folder)
-        news = (rank, mine, self._reached(), held, self._other_worlds(rank, world, held), self._adopted())
+        told = tell({step: slot_path(self.folder, slot) for step, slot in own.items()}, rank)
+        news = (
+            rank,
+            mine,
+            self._reached(),
+            held,
+            self._other_worlds(rank, world, held),
+            self._adopted(),
+            told,
+        )
         everyone = self._gather(news, world)
         reached = max((e[2] for e in everyone if e[2] is not None), default=None)
         self._fresh = False
@@ -240,11 +249,17 @@ class FlashCheckpointer:
                 where = f"rank {sources[rank].holder}'s agent"
                 return self._report(Restored(step, state, "replica", where, why=note), reached, overall)
             slot = own[step]
-            read = read_with(slot_path(self.folder, slot), lambda _h, meta, payload: _unpack(meta, payload))
+            read = read_with(
+                slot_path(self.folder, slot), lambda h, meta, payload: (h.seq, _unpack(meta, payload))
+            )
             if read is None:
                 raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
+            seq, unpacked = read
+            shares = [e[6].get(step) for e in everyone]  # what every rank told of this step
+            if shares[rank] is not None and shares[rank][0] != seq:
+                raise CheckpointError(f"slot {slot} of step {step} was rewritten during load()")
             self._committed, self._inflight = (slot, step), None
-            state = self._share_empty(read, world)
+            state = self._share_empty(unpacked, world, shares)
             restored = Restored(step, state, "memory", str(slot_path(self.folder, slot)), why=note)
             return self._report(restored, reached, overall)
         resized = resize_load.plan([c for e in everyone for c in e[4]], world)
@@ -390,14 +405,16 @@ class FlashCheckpointer:
         store.wait(keys)
         return [pickle.loads(value) for value in store.multi_get(keys)]  # one round trip, not world
 
-    def _share_empty(self, state: tuple[bool, Any], world: int) -> Any:
-        """A DDP job saved on rank 0 only: every rank gets rank 0's state (tensors broadcast)."""
+    def _share_empty(self, state: tuple[bool, Any], world: int, told: list[Told | None] | None = None) -> Any:
+        """A DDP job saved on rank 0 only: every rank gets rank 0's state (tensors broadcast).
+        `told`: what every rank said of its slot of this step (load()'s news), else gathered."""
         empty, value = state
         if world == 1:
             return value
-        rank = _rank_world()[0]
-        # one gather for both: who saved None, and rank 0's layout (what the others unpack)
-        everyone = self._gather((empty, layout_of(value) if rank == 0 else None), world)
+        if told is not None and all(t is not None for t in told):  # the same on every rank
+            everyone = [(t[1], t[2]) for t in told if t is not None]
+        else:  # one gather for both: who saved None, and rank 0's layout (what the others unpack)
+            everyone = self._gather((empty, layout_of(value) if _rank_world()[0] == 0 else None), world)
         if not any(e for e, _ in everyone):
             return value
         shared = broadcast_state(value, 0, lambda mine: self._gather(mine, world), layout=everyone[0][1])

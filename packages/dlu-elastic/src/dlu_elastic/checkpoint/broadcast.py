@@ -9,15 +9,38 @@ and AdamW state, 0.13 to 0.19 s of its in-place restart on two loaded cores).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from dlu_elastic.checkpoint.layout import CheckpointError, TensorEntry, dtype_of, fill, split, table
+from dlu_elastic.checkpoint.slot import read_meta
 
 Gather = Callable[[Any], list[Any]]
 Layout = tuple[Any, list[TensorEntry], int]  # (skeleton, entries, packed bytes)
+# What a rank tells the others with its news at load(), per complete step of its own slots:
+# (the slot's seq, whether it saved None, its layout: rank 0's, the others send None). With it
+# the ranks know before reading a slot whether rank 0's state must reach them, and how to
+# unpack it: no gather of its own (a TCPStore round trip of every rank) on an in-place restart.
+Told = tuple[int, bool, Layout | None]
+
+
+def tell(slots: dict[int, Path], rank: int) -> dict[int, Told]:
+    """This rank's `Told` of each step in `slots` (step -> its slot file) it can read."""
+    found: dict[int, Told] = {}
+    for step, path in slots.items():
+        read = read_meta(path)
+        if read is None:
+            continue
+        header, raw = read
+        meta = pickle.loads(raw)
+        empty = bool(meta.get("empty"))
+        layout = (meta["skeleton"], meta["entries"], header.payload_len) if rank == 0 and not empty else None
+        found[step] = (header.seq, empty, layout)
+    return found
 
 
 def layout_of(value: Any) -> Layout:
