@@ -5,11 +5,13 @@ killed while RUNNING -> monitoring resumed, with the number of worker restarts i
 Faults (one job, at chosen steps): a training process raises (tier 1, in place); an
 ElasticWorker actor is SIGKILLed (tier 2, role); the ElasticMaster is SIGKILLed (tier 5); the
 PrimeMaster is SIGKILLed (tier 6). "Training again" means every rank reported a new step after
-the recovery. Usage: `uv run python benchmarks/failover.py`.
+the recovery. Usage: `uv run python benchmarks/failover.py [--in-place-only]` (only tier 1: its
+three restarts, then the job is stopped).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -112,6 +114,9 @@ def pid_of(actor: str, method: str = "status") -> int:
 def main() -> None:
     """Runs the tiers in a private Ray and checkpoint folder, both removed at the end (a
     `RAY_TMPDIR` given by the caller is the caller's and stays)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--in-place-only", action="store_true", help="measure tier 1 alone")
+    args = parser.parse_args()
     compile_workspace()
     made: list[Path] = []
     if "RAY_TMPDIR" not in os.environ:
@@ -119,7 +124,7 @@ def main() -> None:
         os.environ["RAY_TMPDIR"] = str(made[-1])
     made.append(Path(tempfile.mkdtemp(prefix="dlu-bf-ckpt-")))
     try:
-        measure(made[-1])
+        measure(made[-1], in_place_only=args.in_place_only)
     finally:
         import ray
 
@@ -128,7 +133,7 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def measure(ckpt: Path) -> None:
+def measure(ckpt: Path, in_place_only: bool = False) -> None:
     from dlu_prime import launcher, ray_env
     from dlu_prime.naming import master_name
 
@@ -150,6 +155,11 @@ def measure(ckpt: Path) -> None:
     print(
         "in-place restarts, crash -> every rank training again: " + ", ".join(f"{s:.3f} s" for s in in_place)
     )
+    if in_place_only:
+        launcher.stop_job(name)
+        launcher.wait_job(job)
+        report(results, None)
+        return
 
     # tier 2: SIGKILL an ElasticWorker actor
     time.sleep(2.0)
@@ -180,7 +190,11 @@ def measure(ckpt: Path) -> None:
     worker_restarts = sum(a.restart_count for a in after.roles[0].actors) - restarts_before
     launcher.stop_job(name)
     launcher.wait_job(job)
+    report(results, worker_restarts)
 
+
+def report(results: dict[str, float], worker_restarts: int | None) -> None:
+    """Each measured tier against its budget, then its FIGURE lines (benchmarks/figures.py)."""
     print("failover on the reference job (2 nodes x 2 processes, CPU, gloo):")
     for tier, seconds in results.items():
         budget = BUDGETS[tier]
@@ -190,7 +204,8 @@ def measure(ckpt: Path) -> None:
             else f"budget {budget} s, " + ("ok" if seconds <= budget else "OVER")
         )
         print(f"  {tier:<10} fault -> all ranks training again: {seconds:6.2f} s ({verdict})")
-    print(f"  PrimeMaster restart caused {worker_restarts} worker restart(s) (budget 0)")
+    if worker_restarts is not None:
+        print(f"  PrimeMaster restart caused {worker_restarts} worker restart(s) (budget 0)")
     labels = {
         "in_place": "training-process crash -> all ranks training again (in-place tier, median of 3)",
         "role": "ElasticWorker actor killed -> training again (role tier)",
@@ -199,13 +214,14 @@ def measure(ckpt: Path) -> None:
     }
     for tier, seconds in results.items():
         figure(f"failover_{tier}", seconds, "s", BUDGETS[tier], labels[tier])
-    figure(
-        "master_restart_worker_restarts",
-        worker_restarts,
-        "",
-        0,
-        "worker restarts caused by a PrimeMaster restart",
-    )
+    if worker_restarts is not None:
+        figure(
+            "master_restart_worker_restarts",
+            worker_restarts,
+            "",
+            0,
+            "worker restarts caused by a PrimeMaster restart",
+        )
 
 
 if __name__ == "__main__":
