@@ -27,9 +27,9 @@ from dlu_prime.master.change_types import Note
 from dlu_prime.master.core import autoscale_pass
 from dlu_prime.master.core.events import AutoscaleObserved
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord
-from dlu_prime.testing.sim.autoscale_run import ELASTIC, AutoscaleSim, elastic_spec
+from dlu_prime.testing.sim.autoscale_run import ELASTIC, WORKERS, AutoscaleSim, backlog_spec, elastic_spec
 from dlu_prime.testing.sim.runner import run_seed
-from dlu_prime.testing.sim.workloads import ElasticSteps
+from dlu_prime.testing.sim.workloads import BurstyQueue, ElasticSteps
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -259,6 +259,30 @@ def test_in_cluster_mode_the_brains_averages_are_the_jobs_own_measurements(
     assert set(stored) == set(own) and len(own) >= 5  # 8 down to 3 and back to 4
     for size, speed in stored.items():
         assert speed == pytest.approx(own[size], rel=0.01), size
+
+
+def test_in_cluster_mode_the_brain_sizes_a_backlog_role_with_the_jobs_own_target(
+    brain_server: BrainServer,
+) -> None:
+    """The spec's backlog_target_s travels with the registration: the same burst of items on the
+    same Brain gets more actors for a job asking for 5 s than for one asking for 60 s."""
+    reached: dict[float, int] = {}
+    for target in (5.0, 60.0):
+        name = f"feed-{target:g}"
+        spec = backlog_spec(2, 16, target_s=target, mode="cluster", name=name, brain_url=brain_server.url)
+        queue = BurstyQueue("samples", WORKERS, 5.0, lambda t: 20.0 if t < 60 else 0.0)
+        sim = AutoscaleSim(spec).with_queue(queue)
+        sim.autoscale.brain = BrainClient(brain_server.url, clock=sim.clock)
+        sim.run(120)
+        assert sim.autoscale.mode is BrainMode.CLUSTER
+        assert sim.trace.decisions and all(d.startswith("Brain plan #") for _, d in sim.trace.decisions)
+        assert (
+            "backlog_sizing" in sim.trace.decisions[0][1] and f"for {target:g} s" in sim.trace.decisions[0][1]
+        )
+        reached[target] = max(size for _, size in sim.trace.sizes)
+        row = brain_server.brain.db.find_job(name)
+        assert row is not None and row.backlog_target_s == target
+    assert reached[5.0] > reached[60.0] > 2, reached
 
 
 def test_with_the_brain_away_the_job_decides_alone_and_buffers_its_statistics() -> None:
