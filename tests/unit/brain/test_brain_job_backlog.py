@@ -181,3 +181,16 @@ def test_an_older_brain_that_refuses_the_target_still_takes_the_job(
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == len(unknown)
     assert any("takes no backlog_target_s" in w and "not the spec's 5" in w for w in warnings)
+
+
+def test_the_jobs_own_drain_rate_sizes_the_backlog_over_its_steps(tmp_path: Path) -> None:
+    """A job that measured what one actor drains while it has work sends it with the backlog: the
+    Brain sizes by it (a step may take several items, and steps/s counts the idle time too). A
+    backlog sample without it (an older job) is sized by the role's steps/s per actor, as above."""
+    brain = Brain(BrainDatabase(f"sqlite:///{tmp_path / 'brain.sqlite'}"), AdminSettings(min_samples=3))
+    brain.start_job(job("lm", 5.0))
+    waiting, *speeds = backlog_and_speeds()  # 2 steps/s per actor
+    brain.add_samples("lm", "r1", [waiting.model_copy(update={"samples_per_s": 6.0}), *speeds])
+    (plan,) = brain.plan("lm", "r1").roles
+    assert plan.size == 10 and "at 6.0/s per actor needs 10 for 5 s" in plan.reason  # 300 / (6 x 5)
+    brain.db.close()

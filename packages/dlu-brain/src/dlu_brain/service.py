@@ -259,13 +259,18 @@ class Brain:
         )
 
     def _backlog(self, job: _Job) -> dict[str, tuple[int, float]]:
-        """Per role feeding a channel: the newest backlog and the role's consumption per actor."""
+        """Per role draining a channel: the newest backlog and what one actor drains per second:
+        the job's own measure where the sample carries it (items while the queue had work), else
+        (from an older job) the role's measured speed per actor."""
         out: dict[str, tuple[int, float]] = {}
         newest: dict[str, StatSample] = {}
         for sample in self.db.samples(job.row.id, kind="backlog", limit=200):
             if sample.role:
                 newest[sample.role] = sample
         for role, sample in newest.items():
+            if sample.samples_per_s:
+                out[role] = (sample.backlog or 0, sample.samples_per_s)
+                continue
             rates = self.db.throughput_by_size(job.row.id, role)
             per_actor = [v / n for n, v in rates.items() if n > 0]
             out[role] = (sample.backlog or 0, sum(per_actor) / len(per_actor) if per_actor else 0.0)
