@@ -1,6 +1,8 @@
 """Brain faults injected for real: the Brain process SIGKILLed while a job reports (statistics
 buffered in the job, nothing lost, a restarted Brain resumes its administrators from the
-database), and the PostgreSQL server stopped and started again under a running Brain."""
+database), SIGKILLed after the job applied a plan and before it sent a speed at the new size (the
+restarted Brain plans from the applied size), and the PostgreSQL server stopped and started again
+under a running Brain."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from dlu_brain.db import BrainDatabase
 from dlu_brain.testing.postgres import PostgresServer, PostgresUnavailable
-from dlu_prime.brain_port import BrainClient, BrainMode, JobRegistration, RoleShape, StatSample
+from dlu_prime.brain_port import BrainClient, BrainMode, JobRegistration, PlanOutcome, RoleShape, StatSample
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -35,6 +38,9 @@ class BrainProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        """Start and wait until this start (not an earlier one in the same log) serves."""
+        serving = rf"Brain serving at http://127.0.0.1:{self.port}"
+        before = len(re.findall(serving, self.log.read_text(errors="replace"))) if self.log.exists() else 0
         out = open(self.log, "ab")  # noqa: SIM115 - the child writes it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dlu_brain", "--db", self.db_url, "--port", str(self.port)],
@@ -42,9 +48,7 @@ class BrainProcess:
         )  # fmt: skip
         out.close()
         deadline = time.monotonic() + 60
-        while not re.search(
-            rf"Brain serving at http://127.0.0.1:{self.port}", self.log.read_text(errors="replace")
-        ):
+        while len(re.findall(serving, self.log.read_text(errors="replace"))) <= before:
             assert self.proc.poll() is None, self.log.read_text()
             assert time.monotonic() < deadline, self.log.read_text()
             time.sleep(0.1)
@@ -60,8 +64,8 @@ class BrainProcess:
             self.proc.wait(timeout=30)
 
 
-def registration() -> JobRegistration:
-    shape = RoleShape(kind="elastic", size=2, min_size=1, max_size=4, elastic=True)
+def registration(max_size: int = 4) -> JobRegistration:
+    shape = RoleShape(kind="elastic", size=2, min_size=1, max_size=max_size, elastic=True)
     return JobRegistration(
         name="lm", run_id="run-1", roles={"trainer": shape}, entrypoint="t:m", config_hash="h"
     )
@@ -111,6 +115,68 @@ def test_brain_killed_statistics_buffered_and_resumed(tmp_path: Path, brain_db: 
     assert job is not None
     assert len(db.samples(job.id)) == 45 and client.dropped == 0
     assert "resumed 1 administrators" in (tmp_path / "brain.log").read_text()
+    db.close()
+
+
+COMM = {n: 100.0 / (1.0 / n + 0.02 * n) for n in range(1, 9)}  # 2 -> 3 keeps 75% of linear, 3 -> 4 58%
+
+
+def speeds_at(size: int) -> list[StatSample]:
+    return [StatSample(time=float(i), kind="throughput", role="trainer", world_size=size,
+                       samples_per_s=COMM[size]) for i in range(3)]  # fmt: skip
+
+
+def test_brain_killed_after_a_plan_is_applied_plans_from_the_applied_size(
+    tmp_path: Path, brain_db: str
+) -> None:
+    """The job measures 2 and 3 nodes and applies the Brain's 2 -> 3 and 3 -> 4; the Brain is
+    killed before any speed at 4 nodes arrives. Its last sample says 3 nodes: the restarted Brain
+    must know the job runs at 4, plan 4 -> 5 once 4 is measured, and never issue 3 -> 4 again."""
+    brain = BrainProcess(brain_db, free_port(), tmp_path / "brain.log")
+    brain.start()
+    url = f"http://127.0.0.1:{brain.port}"
+    client = BrainClient(url, retry_min_s=0.05, retry_max_s=0.2, timeout_s=5)
+    try:
+        client.job_started(registration(max_size=8))
+        for size in (2, 3):
+            client.report(speeds_at(size))
+            answer = client.plan()
+            assert answer is not None, client.last_error
+            (plan,) = answer.roles
+            assert plan.size == size + 1 and plan.id is not None, plan.reason
+            client.plan_outcome(PlanOutcome(run_id="run-1", plan_id=plan.id, state="applied"))
+        assert client.plan() is not None  # everything delivered, the answer to 3 -> 4 too
+        brain.kill()
+        db = BrainDatabase(brain_db)
+        job = db.find_job("lm", "run-1")
+        assert job is not None
+        assert [(p.size, p.state) for p in db.plans(job.id)] == [(3, "applied"), (4, "applied")]
+        assert db.samples(job.id)[-1].world_size == 3  # what the Brain took a resumed job's size from
+        db.close()
+        brain.start()  # same database, same port
+        (status,) = httpx.get(f"{url}/v1/status", timeout=10).json()["jobs"]
+        assert status["sizes"] == {"trainer": 4}  # before any new sample
+        client.report(speeds_at(4))
+        wait_flushed(client)
+        answer = client.plan()
+        assert answer is not None
+        (plan,) = answer.roles
+        assert (plan.size, plan.state, plan.reason) == (
+            5,
+            "proposed",
+            "trainer 4 -> 5: 5 nodes not measured yet",
+        )
+    finally:
+        client.close()
+        brain.stop()
+    db = BrainDatabase(brain_db)
+    job = db.find_job("lm", "run-1")
+    assert job is not None
+    assert [p.size for p in db.plans(job.id)] == [3, 4, 5]  # none issued twice
+    event = db.events(job.id)[-1]
+    assert (event.kind, event.detail["world_size"], event.state) == ("throughput_measured", 4, "planned")
+    log = (tmp_path / "brain.log").read_text()
+    assert "resumed 1 administrators" in log and "job lm run run-1 resumed at sizes {'trainer': 4}" in log
     db.close()
 
 

@@ -99,3 +99,56 @@ def test_a_version_1_database_loads_and_its_jobs_keep_the_brains_threshold(tmp_p
         (plan,) = brain.plan("lm", "r1").roles
         assert plan.size == plan_size, plan.reason
         brain.db.close()
+
+
+def test_a_version_2_database_loads_and_its_jobs_keep_the_brains_backlog_target(tmp_path: Path) -> None:
+    """A Brain database from before jobs sent their backlog target and the Brain recorded when a
+    plan was answered: migrated to today's schema on resume, its running job taken back at the
+    size of its applied plan, its threshold kept, its backlog role planned with the Brain's own
+    target (and from that size)."""
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = sa.create_engine(url)
+    migrate(engine, target=2)
+    prep = {"kind": "simple", "size": 1, "min_size": 1, "max_size": 32, "elastic": False}
+    with engine.begin() as conn:  # what a version-2 Brain wrote: no backlog target, no acked_*
+        conn.execute(sa.text(
+            "INSERT INTO jobs (name, run_id, signature, roles, entrypoint, config_hash, started_at, "
+            "marginal_threshold) VALUES ('feed', 'r1', 's', :roles, 'prep:main', 'c', 1.0, 0.7)"
+        ), {"roles": json.dumps({"prep": prep})})  # fmt: skip
+        job_id = conn.execute(sa.text("SELECT id FROM jobs")).scalar_one()
+        conn.execute(sa.text(
+            "INSERT INTO optimize_events (job_id, time, kind, role, detail, state) VALUES "
+            "(:j, 1, 'job_start', NULL, '{}', 'no_change'), "
+            "(:j, 2, 'throughput_measured', 'prep', '{\"world_size\": 1}', 'planned')"
+        ), {"j": job_id})  # fmt: skip
+        conn.execute(sa.text(
+            "INSERT INTO plans (job_id, event_id, time, role, algorithm, size, reason, state) VALUES "
+            "(:j, 2, 2, 'prep', 'backlog_sizing', 2, 'prep 1 -> 2: backlog', 'applied')"
+        ), {"j": job_id})  # fmt: skip
+        rows = [(1, "throughput", 1, 2.0, None)] * 3 + [(2, "throughput", 2, 4.0, None)] * 2
+        rows += [(3, "backlog", None, None, 300)]
+        for seq, (t, kind, size, speed, backlog) in enumerate(rows, start=1):
+            conn.execute(sa.text(
+                "INSERT INTO stats_samples (job_id, seq, time, kind, role, world_size, steps_per_s, "
+                "channel, backlog) VALUES (:j, :seq, :t, :kind, 'prep', :n, :v, :c, :b)"
+            ), {"j": job_id, "seq": seq, "t": t, "kind": kind, "n": size, "v": speed,
+                "c": "q" if backlog else None, "b": backlog})  # fmt: skip
+    engine.dispose()
+    for own, plan_size in ((30.0, 5), (10.0, 15)):  # the Brain's own target decides
+        copy = tmp_path / f"copy-{own}.sqlite"
+        copy.write_bytes((tmp_path / "old.sqlite").read_bytes())
+        brain = Brain(
+            BrainDatabase(f"sqlite:///{copy}"), optimizer_settings=OptimizerSettings(backlog_target_s=own)
+        )
+        assert brain.resume() == 1
+        row = brain.db.find_job("feed", "r1")
+        assert row is not None and row.backlog_target_s is None and row.marginal_threshold == 0.7
+        (status,) = brain.status()["jobs"]
+        assert status["sizes"] == {"prep": 2} and status["backlog_target_s"] == own
+        # the third sample at 2 actors: measured; 300 waiting at 2/s per actor
+        brain.add_samples("feed", "r1", [StatSample(seq=7, time=3.0, kind="throughput", role="prep",
+                                                    world_size=2, steps_per_s=4.0)])  # fmt: skip
+        (plan,) = brain.plan("feed", "r1").roles
+        assert (plan.size, plan.algorithm) == (plan_size, "backlog_sizing"), plan.reason
+        assert plan.reason.startswith(f"prep 2 -> {plan_size}: ") and f"for {own:g} s" in plan.reason
+        brain.db.close()

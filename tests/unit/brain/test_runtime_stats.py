@@ -80,6 +80,8 @@ def test_process_sampler_reads_this_process() -> None:
 def test_backlog_sample() -> None:
     s = backlog_sample("rollouts", -3, 2.0, role="rollout")
     assert (s.kind, s.channel, s.backlog, s.role) == ("backlog", "rollouts", 0, "rollout")
+    assert s.samples_per_s is None  # the drain rate not measured yet
+    assert backlog_sample("rollouts", 9, 2.0, "rollout", drain_per_actor=4.5).samples_per_s == 4.5
 
 
 def test_statistics_reach_the_status_and_dlu_status_shows_them() -> None:

@@ -27,9 +27,9 @@ from dlu_prime.master.change_types import Note
 from dlu_prime.master.core import autoscale_pass
 from dlu_prime.master.core.events import AutoscaleObserved
 from dlu_prime.master.state import SUB_MASTER_RANK, FailoverRecord
-from dlu_prime.testing.sim.autoscale_run import ELASTIC, AutoscaleSim, elastic_spec
+from dlu_prime.testing.sim.autoscale_run import ELASTIC, WORKERS, AutoscaleSim, backlog_spec, elastic_spec
 from dlu_prime.testing.sim.runner import run_seed
-from dlu_prime.testing.sim.workloads import ElasticSteps
+from dlu_prime.testing.sim.workloads import BurstyQueue, ElasticSteps
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -238,6 +238,52 @@ def test_in_cluster_mode_the_brain_sizes_with_the_jobs_own_threshold(brain_serve
     assert nodes(planned) == nodes(alone) < 4  # 4: the default threshold's size (the test above)
     row = brain_server.brain.db.find_job("strict")
     assert row is not None and row.marginal_threshold == 0.7
+
+
+def test_in_cluster_mode_the_brains_averages_are_the_jobs_own_measurements(
+    brain_server: BrainServer,
+) -> None:
+    """The Brain's average speed at each size is the job's own meter's: the job sends a speed
+    only after its settle window and once measured MIN_WINDOW_S at a size, so the Brain has no
+    warm-up and no short window to weigh as a full one (with the settle window measured too, its
+    average at 4 nodes was 4% off the job's). Where the Brain's 3 -> 4 read 32% of linear and single-job mode's 38%,
+    the two had measured different windows of one curve (35% by the curve): noise, not a bias."""
+    spec = elastic_spec(1, 8, mode="cluster", brain_url=brain_server.url, name="settled")
+    sim = AutoscaleSim(spec)
+    sim.autoscale.brain = BrainClient(brain_server.url, clock=sim.clock)
+    sim.with_steps(ElasticSteps(ELASTIC, compute_s=1.0, comm_s=0.04)).run(300)
+    job = brain_server.brain.db.find_job("settled")
+    assert job is not None
+    stored = brain_server.brain.db.throughput_by_size(job.id, "train")
+    own = sim.autoscale.stats.meter.by_size("train")
+    assert set(stored) == set(own) and len(own) >= 5  # 8 down to 3 and back to 4
+    for size, speed in stored.items():
+        assert speed == pytest.approx(own[size], rel=0.01), size
+
+
+def test_in_cluster_mode_the_brain_sizes_a_backlog_role_with_the_jobs_own_target(
+    brain_server: BrainServer,
+) -> None:
+    """The spec's backlog_target_s travels with the registration: the same burst of items on the
+    same Brain gets more actors for a job asking for 5 s than for one asking for 60 s."""
+    reached: dict[float, int] = {}
+    for target in (5.0, 60.0):
+        name = f"feed-{target:g}"
+        spec = backlog_spec(2, 16, target_s=target, mode="cluster", name=name, brain_url=brain_server.url)
+        queue = BurstyQueue("samples", WORKERS, 5.0, lambda t: 40.0 if t < 60 else 0.0)
+        sim = AutoscaleSim(spec).with_queue(queue)
+        sim.autoscale.brain = BrainClient(brain_server.url, clock=sim.clock)
+        sim.run(120)
+        assert sim.autoscale.mode is BrainMode.CLUSTER
+        assert sim.trace.decisions and all(d.startswith("Brain plan #") for _, d in sim.trace.decisions)
+        first = sim.trace.decisions[0][1]
+        assert "backlog_sizing" in first and f"for {target:g} s" in first
+        # the job's own drain rate (5 items/s per actor while it has work), not its steps/s (1)
+        assert "at 5.0/s per actor" in first, first
+        reached[target] = max(size for _, size in sim.trace.sizes)
+        row = brain_server.brain.db.find_job(name)
+        assert row is not None and row.backlog_target_s == target
+    assert reached[5.0] == 16 and 4 <= reached[60.0] < 16, reached  # ~930 waiting: 38 (bounded), 4
 
 
 def test_with_the_brain_away_the_job_decides_alone_and_buffers_its_statistics() -> None:

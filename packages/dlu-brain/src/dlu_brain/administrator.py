@@ -46,6 +46,8 @@ class JobAdministrator:
     counts: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
     best: dict[tuple[str, int], float] = field(default_factory=dict[tuple[str, int], float])
     size_now: dict[str, int] = field(default_factory=dict[str, int])
+    # per role, the newest throughput sample by the job's numbering: (seq, world size)
+    last_sample: dict[str, tuple[int, int]] = field(default_factory=dict[str, tuple[int, int]])
     raised: set[str] = field(default_factory=set[str])
 
     def start(self) -> list[Trigger]:
@@ -55,16 +57,21 @@ class JobAdministrator:
         out: list[Trigger] = []
         for s in samples:
             if s.kind == "throughput" and s.role and s.world_size is not None:
-                out.extend(self._throughput(s.role, s.world_size, s.samples_per_s or s.steps_per_s))
+                speed = s.samples_per_s or s.steps_per_s
+                newest = self.last_sample.get(s.role)
+                if speed is not None and (newest is None or s.seq >= newest[0]):
+                    self.last_sample[s.role] = (s.seq, s.world_size)
+                out.extend(self._throughput(s.role, s.world_size, speed))
             elif s.kind == "resource" and s.memory_bytes and s.memory_limit_bytes:
                 out.extend(self._memory(s))
         return self._fresh(out)
 
-    def idle(self, available: dict[str, float]) -> list[Trigger]:
-        """Roles below their max for which the free resources hold one more unit."""
+    def idle(self, available: dict[str, float], sizes: dict[str, int] | None = None) -> list[Trigger]:
+        """Roles below their max for which the free resources hold one more unit (`sizes`: the
+        size each role runs at, as the Brain knows it; else the size of its last sample)."""
         out: list[Trigger] = []
         for role, shape in sorted(self.roles.items()):
-            size = self.size_now.get(role, shape.size)
+            size = (sizes or {}).get(role, self.size_now.get(role, shape.size))
             ask = {k: v * shape.actors_per_unit for k, v in shape.actor_resources.items()}
             fits = all(available.get(k, 0.0) >= v for k, v in ask.items())
             key_detail = {"size": size}
@@ -122,3 +129,19 @@ class JobAdministrator:
                 self.raised.add(trigger.key)
                 out.append(trigger)
         return out
+
+
+def size_now(start: int, last_sample: tuple[int, int] | None, applied: tuple[int | None, int] | None) -> int:
+    """The size a role runs at, from what the Brain stored: the later of its last throughput
+    sample (seq, world size) and the last plan the job answered as applied (the newest sample seq
+    the Brain held when that answer came, size). A sample numbered after the answer was measured
+    after it; otherwise the plan is newer (the job sends a speed only once measured at a size, so
+    it has sent none at the planned size yet). An answer of unknown order (None: stored before the
+    Brain recorded it) loses to any sample. `start`: the registration's size, when neither is known."""
+    if applied is None:
+        return start if last_sample is None else last_sample[1]
+    after, planned = applied
+    if last_sample is None:
+        return planned
+    seq, measured = last_sample
+    return measured if after is None or seq > after else planned

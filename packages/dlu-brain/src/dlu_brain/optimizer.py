@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dlu_api.spec.autoscale_settings import DEFAULT_MARGINAL_THRESHOLD
+from dlu_api.spec.autoscale_settings import DEFAULT_BACKLOG_TARGET_S, DEFAULT_MARGINAL_THRESHOLD
 from dlu_brain.administrator import Trigger
 from dlu_prime.brain_port import RolePlan, RoleShape
 from dlu_prime.stats import backlog_size, best_size, explore_scaling, memory_relaunch
@@ -18,7 +18,9 @@ class OptimizerSettings:
     # a step up must keep this much of linear scaling: the job spec's default, so a job sizes
     # the same in cluster mode as in single-job mode
     linear_threshold: float = DEFAULT_MARGINAL_THRESHOLD
-    backlog_target_s: float = 30.0
+    # a backlog role drains its backlog in this long: the spec's default too; a job that sends
+    # its own autoscale.backlog_target_s is planned with it
+    backlog_target_s: float = DEFAULT_BACKLOG_TARGET_S
     memory_growth: float = 1.5
     memory_pressure: float = 0.9
 

@@ -33,6 +33,8 @@ def plan_lines(db: BrainDatabase, name: str) -> list[str]:
     state = "running" if job.ended_at is None else f"finished ({job.outcome})"
     own = job.marginal_threshold
     threshold = "the Brain's threshold" if own is None else f"threshold {own:.0%} of linear"
+    if job.backlog_target_s is not None:
+        threshold += f", backlog target {job.backlog_target_s:g} s"
     lines = [f"{job.name} run {job.run_id}: {state} ({threshold})"]
     plans = db.current_plans(job.id)
     if not plans:

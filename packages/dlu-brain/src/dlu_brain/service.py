@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlu_brain.administrator import AdminSettings, JobAdministrator, Trigger
-from dlu_brain.db import BrainDatabase, DatabaseUnavailableError, JobRow
+from dlu_brain.administrator import AdminSettings, JobAdministrator, Trigger, size_now
+from dlu_brain.db import AppliedSize, BrainDatabase, DatabaseUnavailableError, JobRow
 from dlu_brain.optimizer import JobFacts, OptimizerSettings, merge_history, placement_problem, plan_for
 from dlu_prime.brain_port import JobPlan, JobRegistration, PlanOutcome, RolePlan, RoleShape, StatSample
 
@@ -24,6 +24,7 @@ class _Job:
     admin: JobAdministrator
     sizes: dict[str, int]
     unplaceable: set[tuple[str, int]] = field(default_factory=set[tuple[str, int]])
+    applied: dict[str, AppliedSize] = field(default_factory=dict[str, AppliedSize])
 
 
 class Brain:
@@ -73,11 +74,11 @@ class Brain:
                 [Trigger(e.kind, e.role, e.detail).key for e in events],
             )
             for plan in self.db.plans(row.id):
-                if plan.state == "applied" and plan.size is not None:
-                    job.sizes[plan.role] = plan.size
                 if plan.state == "unplaceable" and plan.size is not None:
                     job.unplaceable.add((plan.role, plan.size))
-            job.sizes.update(job.admin.size_now)
+            job.applied = self.db.applied_sizes(row.id)
+            self._update_sizes(job)
+            logger.info("job %s run %s resumed at sizes %s", row.name, row.run_id, job.sizes)
         self._jobs[row.id] = job
         return job
 
@@ -100,7 +101,9 @@ class Brain:
             job = self._job(name, run_id)
             fresh = self.db.add_samples(job.row.id, samples)
             if fresh:  # a batch sent again is seen by the administrator once
-                self._handle(job, job.admin.observe(fresh))
+                triggers = job.admin.observe(fresh)
+                self._update_sizes(job)
+                self._handle(job, triggers)
             return len(fresh)
 
     def plan(self, name: str, run_id: str | None = None) -> JobPlan:
@@ -121,10 +124,11 @@ class Brain:
             plan = plans.get(outcome.plan_id)
             if plan is None:
                 raise KeyError(f"job {name!r} has no plan {outcome.plan_id}")
-            self.db.set_plan_state(outcome.plan_id, outcome.state, outcome.reason)
+            self.db.acknowledge_plan(job.row.id, outcome.plan_id, outcome.state, outcome.reason)
             if plan.size is not None:
                 if outcome.state == "applied":
-                    job.sizes[plan.role] = plan.size
+                    job.applied = self.db.applied_sizes(job.row.id)
+                    self._update_sizes(job)
                 else:
                     job.unplaceable.add((plan.role, plan.size))
                     logger.warning("job %s: plan %d (%s -> %s) cannot be placed: %s; not proposed again",
@@ -153,7 +157,7 @@ class Brain:
             for job in list(self._jobs.values()):
                 if grew:
                     job.unplaceable.clear()  # more room: sizes that did not fit may fit now
-                self._handle(job, job.admin.idle(available))
+                self._handle(job, job.admin.idle(available, job.sizes))
 
     # -- reads ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -169,6 +173,7 @@ class Brain:
                         "sizes": j.sizes,
                         "signature": j.row.signature,
                         "marginal_threshold": self._settings_for(j).linear_threshold,
+                        "backlog_target_s": self._settings_for(j).backlog_target_s,
                     }
                     for j in self._jobs.values()
                 ],
@@ -198,9 +203,25 @@ class Brain:
             self.db.set_event_state(event_id, "planned" if plans else "no_change")
 
     def _settings_for(self, job: _Job) -> OptimizerSettings:
-        """The job's own threshold where it sent one; the Brain's setting for a job that did not."""
-        own = job.row.marginal_threshold
-        return self.settings if own is None else replace(self.settings, linear_threshold=own)
+        """The job's own threshold and backlog target where it sent them; the Brain's settings
+        for what it did not send."""
+        settings = self.settings
+        if job.row.marginal_threshold is not None:
+            settings = replace(settings, linear_threshold=job.row.marginal_threshold)
+        if job.row.backlog_target_s is not None:
+            settings = replace(settings, backlog_target_s=job.row.backlog_target_s)
+        return settings
+
+    def _update_sizes(self, job: _Job) -> None:
+        """Each role's size now: the later of its last sample and its last applied plan (after a
+        restart too, where the last sample may be from before a plan the job applied since)."""
+        for role, shape in job.admin.roles.items():
+            applied = job.applied.get(role)
+            job.sizes[role] = size_now(
+                shape.size,
+                job.admin.last_sample.get(role),
+                None if applied is None else (applied.after_seq, applied.size),
+            )
 
     def _execute(self, job: _Job, plan: RolePlan, event_id: int) -> None:
         shape = job.admin.roles[plan.role]
@@ -238,13 +259,18 @@ class Brain:
         )
 
     def _backlog(self, job: _Job) -> dict[str, tuple[int, float]]:
-        """Per role feeding a channel: the newest backlog and the role's consumption per actor."""
+        """Per role draining a channel: the newest backlog and what one actor drains per second:
+        the job's own measure where the sample carries it (items while the queue had work), else
+        (from an older job) the role's measured speed per actor."""
         out: dict[str, tuple[int, float]] = {}
         newest: dict[str, StatSample] = {}
         for sample in self.db.samples(job.row.id, kind="backlog", limit=200):
             if sample.role:
                 newest[sample.role] = sample
         for role, sample in newest.items():
+            if sample.samples_per_s:
+                out[role] = (sample.backlog or 0, sample.samples_per_s)
+                continue
             rates = self.db.throughput_by_size(job.row.id, role)
             per_actor = [v / n for n, v in rates.items() if n > 0]
             out[role] = (sample.backlog or 0, sum(per_actor) / len(per_actor) if per_actor else 0.0)

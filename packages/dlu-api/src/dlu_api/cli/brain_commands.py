@@ -98,6 +98,8 @@ def brain_status(brain: BrainUrlOpt = DEFAULT_BRAIN_URL) -> None:
     for job in status["jobs"]:
         threshold = job.get("marginal_threshold")  # absent from an older Brain's answer
         shown = f", threshold {threshold:.0%} of linear" if isinstance(threshold, int | float) else ""
+        target = job.get("backlog_target_s")  # absent from an older Brain's answer
+        shown += f", backlog target {target:g} s" if isinstance(target, int | float) else ""
         echo(f"  {job['name']} run {job['run_id']}: sizes {json.dumps(job['sizes'], sort_keys=True)}{shown}")
     cluster = status.get("cluster")
     if cluster:

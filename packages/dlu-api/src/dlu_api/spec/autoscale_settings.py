@@ -25,6 +25,9 @@ BRAIN_URL_ENV = "DLU_BRAIN_URL"
 # speed peaks inside its nnodes MIN:MAX settles within 10% of its fastest size, high enough that
 # a node bringing a tenth of its share is refused (docs/autoscaling.md has the measurements).
 DEFAULT_MARGINAL_THRESHOLD = 0.3
+# A backlog role gets actors enough to drain what waits in this many seconds (the Brain's own
+# setting for a job that does not send it is the same).
+DEFAULT_BACKLOG_TARGET_S = 30.0
 
 
 class AutoscaleMode(StrEnum):
@@ -54,7 +57,7 @@ class AutoscaleSettings(SpecModel):
         "drains (sized within 1..max_total).",
     )
     backlog_target_s: float = Field(
-        default=30.0,
+        default=DEFAULT_BACKLOG_TARGET_S,
         gt=0,
         le=MAX_SECONDS,
         allow_inf_nan=False,

@@ -2,6 +2,7 @@
 
 from dlu_brain.db.migrations import LATEST, SchemaTooNewError, migrate
 from dlu_brain.db.store import (
+    AppliedSize,
     BrainDatabase,
     DatabaseUnavailableError,
     EventRow,
@@ -12,6 +13,7 @@ from dlu_brain.db.store import (
 
 __all__ = [
     "LATEST",
+    "AppliedSize",
     "BrainDatabase",
     "DatabaseUnavailableError",
     "EventRow",

@@ -111,9 +111,24 @@ def _v2_job_threshold(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN marginal_threshold FLOAT"))
 
 
+def _v3_backlog_target_and_acks(conn: sa.Connection) -> None:
+    """The job's own backlog target (NULL: the Brain's), and when the job's answer to a plan
+    arrived: `acked_at` (the Brain's clock) and `acked_seq`, the newest sample number the Brain
+    held for the job then (-1: none), so a restarted Brain knows whether the job's last sample or
+    its last applied plan came later. NULL for the plans answered before: their order is unknown."""
+    conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN backlog_target_s FLOAT"))
+    conn.execute(sa.text("ALTER TABLE plans ADD COLUMN acked_at FLOAT"))
+    conn.execute(sa.text("ALTER TABLE plans ADD COLUMN acked_seq BIGINT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs, statistics samples, optimize events, plans, cluster samples", _v1_tables),
     Migration(2, "jobs.marginal_threshold: the job's own share of linear scaling", _v2_job_threshold),
+    Migration(
+        3,
+        "jobs.backlog_target_s: the job's own backlog target; plans.acked_at/acked_seq: when the job answered",
+        _v3_backlog_target_and_acks,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -30,6 +30,8 @@ jobs = sa.Table(
     sa.Column("outcome", sa.String(40), nullable=True),
     # The job spec's autoscale.marginal_threshold (version 2); NULL: the Brain's own setting.
     sa.Column("marginal_threshold", sa.Float, nullable=True),
+    # The job spec's autoscale.backlog_target_s (version 3); NULL: the Brain's own setting.
+    sa.Column("backlog_target_s", sa.Float, nullable=True),
     sa.UniqueConstraint("name", "run_id", name="uq_jobs_name_run"),
 )
 
@@ -83,6 +85,10 @@ plans = sa.Table(
     sa.Column("memory_bytes", sa.BigInteger, nullable=True),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("state", sa.String(20), nullable=False),
+    # When the job's answer (applied, unplaceable) arrived, and the newest sample `seq` the Brain
+    # held for the job then (-1: none); version 3, NULL for the plans answered before it.
+    sa.Column("acked_at", sa.Float, nullable=True),
+    sa.Column("acked_seq", sa.BigInteger, nullable=True),
 )
 
 cluster_samples = sa.Table(

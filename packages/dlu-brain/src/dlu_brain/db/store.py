@@ -45,6 +45,19 @@ class JobRow:
     ended_at: float | None
     outcome: str | None
     marginal_threshold: float | None = None  # None: registered without one (the Brain's own)
+    backlog_target_s: float | None = None  # None: registered without one (the Brain's own)
+
+
+@dataclass(frozen=True)
+class AppliedSize:
+    """The size of a role's newest plan the job answered as applied, and the newest sample `seq`
+    the Brain held for the job when that answer came (-1: none; None: answered before schema
+    version 3 recorded it, so its order against the samples is unknown)."""
+
+    role: str
+    size: int
+    plan_id: int
+    after_seq: int | None
 
 
 @dataclass(frozen=True)
@@ -138,6 +151,7 @@ class BrainDatabase:
                         entrypoint=job.entrypoint,
                         config_hash=job.config_hash,
                         marginal_threshold=job.marginal_threshold,
+                        backlog_target_s=job.backlog_target_s,
                         started_at=time.time() if now is None else now,
                     )
                 )
@@ -306,6 +320,42 @@ class BrainDatabase:
                 values["reason"] = t.plans.c.reason + f" [{state}: {reason}]"
             conn.execute(t.plans.update().where(t.plans.c.id == plan_id).values(**values))
 
+    def acknowledge_plan(
+        self, job_id: int, plan_id: int, state: str, reason: str = "", now: float | None = None
+    ) -> None:
+        """The job's answer to a plan (applied, unplaceable), with when it came: the time and the
+        newest sample `seq` stored for the job by then, in the same transaction."""
+        newest = (
+            sa.select(sa.func.coalesce(sa.func.max(t.samples.c.seq), -1))
+            .where(t.samples.c.job_id == job_id)
+            .scalar_subquery()
+        )
+        values: dict[str, Any] = {
+            "state": state,
+            "acked_at": time.time() if now is None else now,
+            "acked_seq": newest,
+        }
+        if reason:
+            values["reason"] = t.plans.c.reason + f" [{state}: {reason}]"
+        with self._tx() as conn:
+            conn.execute(
+                t.plans.update().where(t.plans.c.id == plan_id, t.plans.c.job_id == job_id).values(**values)
+            )
+
+    def applied_sizes(self, job_id: int) -> dict[str, AppliedSize]:
+        """Per role, the newest plan with a size that the job answered as applied (by when the
+        answer came; answers from before version 3 count as older than any since)."""
+        query = sa.select(
+            t.plans.c.id, t.plans.c.role, t.plans.c.size, t.plans.c.acked_at, t.plans.c.acked_seq
+        ).where(t.plans.c.job_id == job_id, t.plans.c.state == "applied", t.plans.c.size.is_not(None))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        newest: dict[str, AppliedSize] = {}
+        for row in sorted(rows, key=lambda r: (r.acked_at is not None, r.acked_at or 0.0, r.id)):
+            after = None if row.acked_seq is None else int(row.acked_seq)
+            newest[row.role] = AppliedSize(row.role, int(row.size), int(row.id), after)
+        return newest
+
     def plans(self, job_id: int) -> list[RolePlan]:
         """Every plan of the job, oldest first."""
         with self._tx() as conn:
@@ -378,6 +428,7 @@ def _job(row: sa.Row[Any]) -> JobRow:
         ended_at=row.ended_at,
         outcome=row.outcome,
         marginal_threshold=row.marginal_threshold,
+        backlog_target_s=row.backlog_target_s,
     )
 
 

@@ -22,7 +22,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from dlu_brain.db import LATEST, BrainDatabase, JobRow, SchemaTooNewError
+from dlu_brain.administrator import AdminSettings
+from dlu_brain.db import LATEST, AppliedSize, BrainDatabase, JobRow, SchemaTooNewError
+from dlu_brain.service import Brain
 from dlu_prime.brain_port import JobRegistration, RolePlan, RoleShape, StatSample
 
 __all__ = ["BrainDatabaseConformance", "registration"]
@@ -100,6 +102,53 @@ class BrainDatabaseConformance:
         assert [(j.name, j.marginal_threshold) for j in db.running_jobs()] == [("own", 0.7), ("older", None)]
         assert (db.job(own) or _absent()).marginal_threshold == 0.7
         assert (db.job(older) or _absent()).marginal_threshold is None
+
+    def test_the_jobs_backlog_target_is_stored_or_left_out(self, db: BrainDatabase) -> None:
+        own = db.register_job(registration("own").model_copy(update={"backlog_target_s": 5.0}))
+        older = db.register_job(registration("older"))
+        assert [(j.name, j.backlog_target_s) for j in db.running_jobs()] == [("own", 5.0), ("older", None)]
+        assert (db.job(own) or _absent()).backlog_target_s == 5.0
+        assert (db.job(older) or _absent()).backlog_target_s is None
+
+    def test_a_short_backlog_target_gets_more_actors_than_a_long_one(self, db: BrainDatabase) -> None:
+        """The Brain on this backend plans each job's backlog role with the job's own target."""
+        brain = Brain(db, AdminSettings(min_samples=3))
+        prep = RoleShape(kind="simple", size=1, min_size=1, max_size=32)
+        sizes: dict[str, int | None] = {}
+        for name, target in (("short", 5.0), ("long", 60.0), ("older", None)):
+            brain.start_job(JobRegistration(name=name, run_id="r1", roles={"prep": prep}, entrypoint="p:m",
+                                            config_hash="c", backlog_target_s=target))  # fmt: skip
+            waiting = StatSample(seq=1, time=0, kind="backlog", channel="q", role="prep", backlog=300)
+            measured = [StatSample(seq=2 + i, time=1 + i, kind="throughput", role="prep", world_size=1,
+                                   steps_per_s=2.0) for i in range(3)]  # fmt: skip
+            brain.add_samples(name, "r1", [waiting, *measured])
+            (plan,) = brain.plan(name, "r1").roles
+            assert plan.algorithm == "backlog_sizing", plan.reason
+            sizes[name] = plan.size
+        # 300 waiting at 2/s per actor: 30 actors drain it in 5 s, 3 in 60 s, 5 in the Brain's 30 s
+        assert sizes == {"short": 30, "long": 3, "older": 5}
+
+    def test_plan_answers_are_stored_with_when_they_came(self, db: BrainDatabase) -> None:
+        job = db.register_job(registration())
+        quiet = db.register_job(registration("quiet"))  # no sample yet when it answers
+        db.add_samples(job, [speed(5, 2, 100.0), speed(9, 2, 100.0)])
+        grow = db.add_plan(job, RolePlan(role="trainer", size=3, algorithm="marginal_scaling", reason="grow"))
+        db.acknowledge_plan(job, grow, "applied", now=10)
+        assert db.applied_sizes(job) == {"trainer": AppliedSize("trainer", 3, grow, 9)}
+        big = db.add_plan(job, RolePlan(role="trainer", size=8, algorithm="marginal_scaling", reason="big"))
+        db.acknowledge_plan(job, big, "unplaceable", "GPU needs 8, 2 free", now=11)
+        assert db.applied_sizes(job) == {"trainer": AppliedSize("trainer", 3, grow, 9)}  # not applied
+        assert [(p.id, p.state) for p in db.plans(job)][-1] == (big, "unplaceable")
+        assert db.plans(job)[-1].reason == "big [unplaceable: GPU needs 8, 2 free]"
+        db.add_samples(job, [speed(12, 3, 150.0)])
+        again = db.add_plan(job, RolePlan(role="trainer", size=4, algorithm="marginal_scaling", reason="on"))
+        db.acknowledge_plan(job, again, "applied", now=12)
+        assert db.applied_sizes(job) == {"trainer": AppliedSize("trainer", 4, again, 12)}
+        first = db.add_plan(
+            quiet, RolePlan(role="trainer", size=4, algorithm="history_best_size", reason="h")
+        )
+        db.acknowledge_plan(quiet, first, "applied")
+        assert db.applied_sizes(quiet) == {"trainer": AppliedSize("trainer", 4, first, -1)}
 
     def test_running_and_finished_jobs(self, db: BrainDatabase) -> None:
         a = db.register_job(registration("a"), now=1)

@@ -325,7 +325,7 @@ class JobStatistics:
         ]
         used = [s.model_copy(update={"time": now}) for _, s in sorted(self.usage().items())]
         backlogs = [
-            backlog_sample(name, count, now, self._drained_by.get(name))
+            backlog_sample(name, count, now, self._drained_by.get(name), self.drain_rate(name))
             for name, count in sorted(self.backlogs.items())
         ]
         return [*speeds, *used, *backlogs]

@@ -31,6 +31,11 @@ logger = logging.getLogger(__name__)
 
 BRAIN_URL_ENV = "DLU_BRAIN_URL"
 CHUNK = 500  # samples per request
+# Registration fields newer Brains take, with what an older Brain uses instead (for the warning)
+NEWER_FIELDS = {
+    "marginal_threshold": "threshold",
+    "backlog_target_s": "backlog target",
+}
 
 
 class BrainAway(Exception):
@@ -168,21 +173,25 @@ class BrainClient(BrainPort):
 
     def _register(self, job: JobRegistration) -> Any:
         """POST the registration. An older Brain refuses the fields it does not know (its wire
-        models forbid extras): the job then registers without its threshold, and says so, rather
-        than leave cluster mode for good."""
+        models forbid extras): the job then registers without each field it named, and says so,
+        rather than leave cluster mode for good. A Brain older than two fields may name one per
+        answer (the answer is cut short), so this asks again until none is left to drop."""
         path = f"/v1/jobs/{job.name}/start"
-        try:
-            return self._call("POST", path, json=job.model_dump(mode="json", exclude_none=True))
-        except BrainRefused as exc:
-            told = str(exc)
-            if job.marginal_threshold is None or not ("marginal_threshold" in told and "extra" in told):
-                raise
-        logger.warning(
-            "the Brain at %s is older and takes no marginal_threshold: it plans job %s with its own "
-            "threshold, not the spec's %g", self.url, job.name, job.marginal_threshold,
-        )  # fmt: skip
-        self._job = job.model_copy(update={"marginal_threshold": None})
-        return self._call("POST", path, json=self._job.model_dump(mode="json", exclude_none=True))
+        while True:
+            try:
+                return self._call("POST", path, json=job.model_dump(mode="json", exclude_none=True))
+            except BrainRefused as exc:
+                told = str(exc)
+                unknown = [f for f in NEWER_FIELDS if getattr(job, f) is not None and f in told]
+                if "extra" not in told or not unknown:
+                    raise
+            for name in unknown:
+                logger.warning(
+                    "the Brain at %s is older and takes no %s: it plans job %s with its own %s, "
+                    "not the spec's %g", self.url, name, job.name, NEWER_FIELDS[name], getattr(job, name),
+                )  # fmt: skip
+            job = job.model_copy(update=dict.fromkeys(unknown))
+            self._job = job
 
     def _drop_refused(self, path: str) -> None:
         if path.endswith("/start"):

@@ -49,11 +49,19 @@ class JobRegistration(WireModel):
         description="The spec's autoscale.marginal_threshold: the Brain plans this job's elastic "
         "roles with it. None (a job from before it was sent): the Brain's own setting.",
     )
+    backlog_target_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="The spec's autoscale.backlog_target_s, sent by a job with backlog roles: the "
+        "Brain sizes them to drain their backlog in this many seconds. None: the Brain's own.",
+    )
 
     @property
     def signature(self) -> str:
         """Same roles (kinds and bounds), entrypoint and config: the same job for the Brain's history.
-        Not the threshold: what a size measured does not depend on it, each run judges it by its own."""
+        Not the threshold nor the backlog target: what a size measured does not depend on them,
+        each run judges it by its own."""
         shape = {name: [r.kind, r.min_size, r.max_size, r.elastic] for name, r in sorted(self.roles.items())}
         text = json.dumps([shape, self.entrypoint, self.config_hash], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -157,6 +165,8 @@ def registration_from_spec(spec: JobSpec, run_id: str) -> JobRegistration:
         entrypoint=entry,
         config_hash=hashlib.sha256(config.encode()).hexdigest()[:32],
         marginal_threshold=spec.autoscale.marginal_threshold,
+        # only a job with backlog roles has a use for it (nor a warning from an older Brain)
+        backlog_target_s=spec.autoscale.backlog_target_s if spec.autoscale.backlog_roles else None,
     )
 
 

@@ -66,6 +66,12 @@ class ProcessSampler:
             del self._procs[pid]
 
 
-def backlog_sample(channel: str, backlog: int, now: float, role: str | None = None) -> StatSample:
-    """The items waiting in a data channel or shard queue (fed by `role`, if known)."""
-    return StatSample(time=now, kind="backlog", channel=channel, backlog=max(0, backlog), role=role)
+def backlog_sample(
+    channel: str, backlog: int, now: float, role: str | None = None, drain_per_actor: float | None = None
+) -> StatSample:
+    """The items waiting in a data channel or shard queue (drained by `role`, if known), and in
+    `samples_per_s` the items one actor of that role takes per second while it has work, once
+    measured: the rate a backlog is sized by, which the role's steps/s need not be (a step may
+    take several items, and the steps count the time the queue was empty too)."""
+    return StatSample(time=now, kind="backlog", channel=channel, backlog=max(0, backlog), role=role,
+                      samples_per_s=drain_per_actor)  # fmt: skip

@@ -75,10 +75,14 @@ def backlog_spec(
     settle_s: float = 5.0,
     measure_s: float = 10.0,
     memory: str | None = None,
+    mode: str = "single-job",
+    name: str = "backlog",
+    brain_url: str | None = None,
 ) -> JobSpec:
+    brain = {"brain_url": brain_url} if brain_url is not None else {}
     return spec_from_dict(
         {
-            "name": "backlog",
+            "name": name,
             "device_type": "CPU",
             "device_per_node": 0,
             "roles": [
@@ -95,11 +99,12 @@ def backlog_spec(
             ],
             "health": {"monitor_interval_s": 1.0, "stall_timeout_s": None},
             "autoscale": {
-                "mode": "single-job",
+                "mode": mode,
                 "backlog_roles": {WORKERS: "samples"},
                 "backlog_target_s": target_s,
                 "settle_s": settle_s,
                 "measure_s": measure_s,
+                **brain,
             },
         }
     )
