@@ -5,14 +5,19 @@ was sized for the old amount. Ray's calls are the caller's (`place`, `remove`).
 The group an actor leaves is given back once none of the job's actors is left in it (Ray
 gives a group's bundles back only with the whole group; removing it while other actors sit in
 it would kill them), and asked for again, whole, when one of its actors comes back to its
-role's memory. A node group of an elastic role is kept: it is how the job holds that node."""
+role's memory. A node group of an elastic role is kept: it is how the job holds that node.
+
+An elastic rank's own group is asked for on its old node first, then anywhere but the nodes of
+its role's other node ranks (`node_pinning`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping
 
-from dlu_api.spec.models import JobSpec
+from dlu_api.spec.models import JobSpec, RoleKind
+from dlu_prime.scheduler.base import SchedulingError
+from dlu_prime.scheduler.node_pinning import PIN_WAIT_S, node_choices, other_nodes, selected
 from dlu_prime.scheduler.placement import ActorPlan, GroupPlan, memory_actor
 
 logger = logging.getLogger(__name__)
@@ -30,15 +35,17 @@ class MemoryGroups:
         self,
         spec: JobSpec,
         extra_groups: dict[str, GroupPlan],
-        place: Callable[[GroupPlan], None],
+        place: Callable[[GroupPlan, float | None], None],
         remove: Callable[[GroupPlan], None],
         *,
         group_of: Callable[[str], GroupPlan] | None = None,
         kept: Callable[[], Collection[str]] = frozenset,
+        nodes: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.spec = spec
         self._extra = extra_groups  # the scheduler's groups beyond the spec's: these join them
-        self._place = place
+        self._place = place  # wait until placed (raises SchedulingError past the wait, None: the default)
+        self._nodes = nodes  # actor -> the Ray node its latest incarnation ran on
         self._remove = remove
         self._group_of = group_of  # a group's plan by name (None: the groups are never given back)
         self._kept = kept  # groups never given back (the node groups of elastic roles)
@@ -58,6 +65,11 @@ class MemoryGroups:
             self._memory[name] = amount
             if name not in self._groups:  # its group now (a rebuilt PrimeMaster adopts it by name)
                 self._groups[name] = memory_actor(self.spec, plan, amount)[0]
+
+    def pinned(self, name: str) -> bool:
+        """The actor's next incarnation asks for a group on its old node (a relaunched elastic rank)."""
+        plan = self._groups.get(name)
+        return plan is not None and self.spec.role(plan.roles[0]).kind is RoleKind.ELASTIC
 
     def vacated(self, plans: Mapping[str, ActorPlan], group: str) -> bool:
         """No actor of the job is left in `group` (and it may be given back)."""
@@ -79,12 +91,35 @@ class MemoryGroups:
         group, sized = memory_actor(self.spec, plan, amount)
         if old is not None and old.name != group.name:
             self._drop(plan.name)
-        self._groups[plan.name] = group
-        self._extra[group.name] = group
-        self._place(group)
+        self._groups[plan.name] = self._placed(group, plan, plans)
         if plans is not None and self._group_of is not None and self.vacated(plans, plan.group):
             self._release(plan.group)
         return sized
+
+    def _placed(self, group: GroupPlan, plan: ActorPlan, plans: Mapping[str, ActorPlan] | None) -> GroupPlan:
+        """Ask for the actor's own group and wait for it: an elastic rank's on its old node if
+        that has room, else anywhere its role's other node ranks are not (`node_pinning`)."""
+        if plans is None or self.spec.role(plan.role).kind is not RoleKind.ELASTIC:
+            self._extra[group.name] = group
+            self._place(group, None)
+            return group
+        nodes = self._nodes()
+        choices = node_choices(nodes.get(plan.name), other_nodes(plans, nodes, plan))
+        for k, selector in enumerate(choices):
+            asked = selected(group, selector)
+            self._extra[group.name] = asked
+            last = k == len(choices) - 1
+            try:
+                self._place(asked, None if last else PIN_WAIT_S)
+                return asked
+            except SchedulingError:
+                if last:
+                    raise
+                logger.info(
+                    "%s: no room on its old node within %gs; asked for elsewhere", plan.name, PIN_WAIT_S
+                )
+                self._remove(asked)
+        raise AssertionError("node_choices always ends with a choice")  # pragma: no cover
 
     def forget(self, name: str) -> None:
         """The actor was removed (a shrink): its override and its group go with it."""
@@ -111,4 +146,4 @@ class MemoryGroups:
         (adopted by name where it is still there) and wait for it."""
         if self._group_of is not None:
             self.released.discard(name)
-            self._place(self._group_of(name))
+            self._place(self._group_of(name), None)
