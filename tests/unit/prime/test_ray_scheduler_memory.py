@@ -11,7 +11,7 @@ import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_prime.scheduler import ray_scheduler
-from dlu_prime.scheduler.memory_groups import vacated
+from dlu_prime.scheduler.free_bundles import Ledger
 from dlu_prime.scheduler.placement import GroupPlan
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 
@@ -126,9 +126,13 @@ def test_a_group_is_vacated_when_every_actor_planned_in_it_has_moved(
 ) -> None:
     found, _ = scheduler
     base = found._by_name[NAME]  # pyright: ignore[reportPrivateUsage]
+    groups = {g.name: g for g in found.plan.groups}
     plans = {"a": base, "b": base, "c": replace(base, group="other")}
-    assert vacated(plans, moved, "prep") is expected
-    assert not vacated(plans, moved, "nobody")  # a group no actor is planned in is not ours to give back
+    ledger = Ledger(groups, plans, {name: 768 * MiB for name in moved})
+    assert ("prep" in ledger.vacated()) is expected
+    assert "nobody" not in ledger.vacated()  # a group no actor is planned in is not ours to give back
+    seated = Ledger(groups, plans, {name: 768 * MiB for name in moved}, {"c": ("prep", 1)})
+    assert "prep" not in seated.vacated()  # an actor seated in it keeps it
 
 
 def test_a_relaunched_rank_is_asked_for_on_its_old_node_then_beside_no_other_node_rank() -> None:

@@ -24,7 +24,7 @@ from dlu_prime.naming import NAMESPACE, sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
-from dlu_prime.scheduler.gpu import device_env
+from dlu_prime.scheduler.gpu import bundle_device_env
 from dlu_prime.scheduler.memory_groups import MemoryGroups
 from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
@@ -146,6 +146,9 @@ class RayScheduler(Scheduler):
     def set_memory(self, memory: Mapping[str, int]) -> None:
         self.memory_groups.set(self._by_name, memory)
 
+    def set_seats(self, seats: Mapping[str, str | None]) -> None:
+        self.memory_groups.set_seats(seats)
+
     def _drop_group(self, group: GroupPlan) -> None:
         self._groups.pop(group.name, None)
         remove_group(group.pg_name)
@@ -195,23 +198,9 @@ class RayScheduler(Scheduler):
         return results
 
     def _device_env(self, plan: ActorPlan | None) -> dict[str, str]:
-        if plan is None:  # a SubMaster: no devices
-            return {}
-        role = self.spec.role(plan.role)
-        bundle_mates = [
-            a
-            for a in self._by_name.values()
-            if a.role == plan.role and a.group == plan.group and a.node_rank == plan.node_rank
-        ]
-        group_ids = [self._gpu_ids.get(a.name, []) for a in sorted(bundle_mates, key=lambda a: a.local_rank)]
-        env = device_env(
-            role,
-            plan.local_rank,
-            self.spec.device_type.value,
-            self.spec.device_per_node,
-            group_ids if all(name in self._gpu_ids for name in (a.name for a in bundle_mates)) else None,
+        return (
+            {} if plan is None else bundle_device_env(self.spec, plan, self._by_name.values(), self._gpu_ids)
         )
-        return env.env()
 
     def setup(self, names: Sequence[str]) -> None:
         refs = {
@@ -345,7 +334,8 @@ class RayScheduler(Scheduler):
     def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
         self.know(role, ranks, world_size)
         plans = [self._by_name[naming.actor_name(self.spec.name, role, r)] for r in ranks]
-        self._wait_placement([self._group_plan(p.group) for p in plans if p.group in self._extra_groups])
+        own = [p for p in plans if p.group in self._extra_groups and not self.memory_groups.seated(p.name)]
+        self._wait_placement([self._group_plan(p.group) for p in own])
         for plan in plans:
             self._handles[plan.name] = self._create_actor(plan)
         names = [p.name for p in plans]
@@ -366,7 +356,7 @@ class RayScheduler(Scheduler):
             if group is not None:
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
-            self.memory_groups.forget(name)
+            self.memory_groups.forget(name, self._by_name)
 
     def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
         return self.node_groups.placed(role, nodes, wait_s)
