@@ -203,3 +203,19 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_a_seated_rank_relaunched_again_frees_its_seat_and_the_status_lists_it() -> None:
+    from dlu_api.cli.render import statistics_lines
+
+    state = _running(_spec())
+    _relaunch(state, "lm.prep.1", 768 * MiB)
+    _apply(state, decide(state, ScaleRequested("prep", 3), NOW))
+    _apply(state, decide(state, ResizeDue(), NOW))
+    state.actors["lm.prep.2"].stage = ActorStage.RUNNING
+    state.resize = None
+    began = _relaunch(state, "lm.prep.2", 768 * MiB)  # 768 MiB fits no bundle: a group of its own
+    assert SetSeats({"lm.prep.2": None}) in began.commands and state.actors["lm.prep.2"].seat is None
+    free = "bundle 1 of group prep free, CPU 0.5, memory 512 MiB reserved unused"
+    assert (state.events[-1].kind, state.events[-1].message) == (EventKind.BUNDLE_FREE, free)
+    assert f"  {free}" in statistics_lines(state.to_status())

@@ -105,11 +105,11 @@ def free_bundles(state: JobState) -> list[FreeBundle]:
     return [b for b in found.free() if b.group not in gone]
 
 
-def left_lines(state: JobState, actor: str) -> list[str]:
-    """What a relaunch of `actor` left: the group it was planned in given back, or what of it
-    stays reserved and unused."""
+def left_lines(state: JobState, actor: str, seat: str | None = None) -> list[str]:
+    """What a relaunch of `actor` left, from the group it sat in (its `seat` before, else its
+    planned group): that group given back, or what of it stays reserved and unused."""
     found = ledger(state)
-    group = found.plans[actor].group
+    group = parse_seat(seat)[0] if seat is not None else found.plans[actor].group
     if group in found.vacated():
         return [f"placement group {group} given back: no actor of the job is left in it"]
     return [b.text() for b in found.free() if b.group == group and group not in found.vacated()]

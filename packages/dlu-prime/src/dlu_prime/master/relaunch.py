@@ -108,5 +108,6 @@ def relaunch_ended(state: JobState, change: RelaunchEnded, now: float) -> list[L
     message = f"{record.actor} relaunched with {format_bytes(record.new_memory)} in {took:.2f}s"
     lines: list[Line] = [(EventKind.MEMORY_RELAUNCH_DONE, message, took)]
     if record.actor in state.actors:
-        lines += [(EventKind.BUNDLE_FREE, line, None) for line in left_lines(state, record.actor)]
+        left = left_lines(state, record.actor, record.old_seat)
+        lines += [(EventKind.BUNDLE_FREE, line, None) for line in left]
     return lines
