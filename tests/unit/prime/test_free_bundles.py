@@ -219,3 +219,33 @@ def test_a_seated_rank_relaunched_again_frees_its_seat_and_the_status_lists_it()
     free = "bundle 1 of group prep free, CPU 0.5, memory 512 MiB reserved unused"
     assert (state.events[-1].kind, state.events[-1].message) == (EventKind.BUNDLE_FREE, free)
     assert f"  {free}" in statistics_lines(state.to_status())
+
+
+def test_in_a_collocation_a_relaunch_takes_the_share_its_bundle_mate_left() -> None:
+    spec = spec_from_dict(
+        {
+            "name": "lm",
+            "roles": [
+                {
+                    "name": "prep",
+                    "entrypoint": "m:f",
+                    "total": 2,
+                    "resources": {"cpu": 0.5, "memory": "512MiB"},
+                },
+                {
+                    "name": "train",
+                    "entrypoint": "m:f",
+                    "total": 2,
+                    "resources": {"cpu": 0.5, "memory": "512MiB"},
+                },
+            ],
+            "collocations": [{"roles": ["prep", "train"]}],
+        }
+    )
+    plan = plan_placement(spec)
+    ledger = Ledger(
+        {g.name: g for g in plan.groups}, {a.name: a for a in plan.actors}, {"lm.prep.0": 768 * MiB}
+    )
+    # bundle 0 of prep+train held prep.0 and train.0; with prep.0 gone, train.0 fits 1 GiB there
+    assert ledger.choose("lm.train.0", 1024 * MiB) == ("prep+train", 0)
+    assert ledger.choose("lm.train.0", 1025 * MiB) is None
