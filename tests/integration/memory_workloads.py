@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from dlu_prime.runtime.context import heartbeat
+from dlu_prime.runtime.context import current_worker, heartbeat
 
 PAGE = 4096
 
@@ -29,6 +29,30 @@ def hog() -> None:
         time.sleep(0.5)
     if first:
         raise SystemExit(f"not relaunched with more memory while holding {len(held) >> 20} MiB")
+
+
+def shared_hog() -> None:
+    """A role of several actors sharing its placement group: rank MEMORY_HOG_RANK's first
+    incarnation holds MEMORY_HOLD_MB until it is replaced; every other incarnation (the other
+    ranks, a rank a growth adds, the relaunched one) holds nothing and runs until the test
+    writes MEMORY_DONE, then finishes."""
+    rank = current_worker().rank
+    marker = Path(os.environ["MEMORY_MARKER"])
+    done = Path(os.environ["MEMORY_DONE"])
+    hog = rank == int(os.environ["MEMORY_HOG_RANK"]) and not marker.exists()
+    if hog:
+        marker.write_text("started")
+    held = bytearray(int(os.environ["MEMORY_HOLD_MB"]) * 2**20 if hog else 0)
+    for at in range(0, len(held), PAGE):
+        held[at] = 1
+    deadline = time.monotonic() + 150.0
+    step = 0
+    while time.monotonic() < deadline and not done.exists():
+        step += 1
+        heartbeat(step)
+        time.sleep(0.5)
+    if not done.exists():
+        raise SystemExit(f"rank {rank}: the test never said it was done")
 
 
 def elastic_hog() -> None:

@@ -315,6 +315,9 @@ class FakeScheduler(Scheduler):
     def set_memory(self, memory: Mapping[str, int]) -> None:
         self._enter("set_memory", (f"{name}={amount}" for name, amount in sorted(memory.items())))
 
+    def set_seats(self, seats: Mapping[str, str | None]) -> None:
+        self._enter("set_seats", (f"{name}={seat}" for name, seat in sorted(seats.items())))
+
     def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         """SubMaster calls: `failover` restarts through the manager then starts, as the default
         SubMaster does; `recover_running` puts the SubMaster back to RUNNING."""

@@ -187,9 +187,11 @@ def test_the_chain_saves_the_override_then_replaces_and_starts_the_actor_countin
     _apply(state, replaced)
     ended = memory_chain.after(state, Done(StartActors(("lm.prep.1",), Purpose.MEMORY)))
     assert ended.changes == (RelaunchEnded(),)
-    assert _apply(state, ended, 101.5) == [EventKind.MEMORY_RELAUNCH_DONE]
+    assert _apply(state, ended, 101.5) == [EventKind.MEMORY_RELAUNCH_DONE, EventKind.BUNDLE_FREE]
     assert state.relaunch is None and state.relaunch_count == 1
-    assert state.events[-1].message == "lm.prep.1 relaunched with 1.5 GiB in 1.50s"
+    assert state.events[-2].message == "lm.prep.1 relaunched with 1.5 GiB in 1.50s"
+    free = "bundle 1 of group prep free, CPU 0.5, memory 1 GiB reserved unused"  # lm.prep.0 keeps the group
+    assert state.events[-1].message == free and state.to_status().free_bundles == [free]
     assert state.actors["lm.prep.1"].restart_count == 0 and state.roles["prep"].restart_count == 0
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from dlu_api.spec import spec_from_dict
 from dlu_prime.scheduler import ray_scheduler
-from dlu_prime.scheduler.memory_groups import vacated
+from dlu_prime.scheduler.free_bundles import Ledger
 from dlu_prime.scheduler.placement import GroupPlan
 from dlu_prime.scheduler.ray_scheduler import RayScheduler
 
@@ -32,7 +32,7 @@ def scheduler(monkeypatch: pytest.MonkeyPatch) -> tuple[RayScheduler, dict[str, 
     )
     found = RayScheduler(spec)
 
-    def wait(groups: list[GroupPlan] | None = None) -> None:
+    def wait(groups: list[GroupPlan] | None = None, wait_s: float | None = None) -> None:
         seen["placed"].extend(g.name for g in groups or ())
 
     monkeypatch.setattr(found, "_wait_placement", wait)
@@ -108,7 +108,7 @@ def test_a_node_group_of_an_elastic_role_is_never_given_back(monkeypatch: pytest
         }
     )
     found = RayScheduler(spec)
-    monkeypatch.setattr(found, "_wait_placement", lambda groups=None: None)
+    monkeypatch.setattr(found, "_wait_placement", lambda groups=None, wait_s=None: None)
     monkeypatch.setattr(ray_scheduler, "remove_group", removed.append)
     plans = found._by_name  # pyright: ignore[reportPrivateUsage]
     (rank,) = [p for p in plans.values() if p.node_rank == 0]
@@ -126,6 +126,47 @@ def test_a_group_is_vacated_when_every_actor_planned_in_it_has_moved(
 ) -> None:
     found, _ = scheduler
     base = found._by_name[NAME]  # pyright: ignore[reportPrivateUsage]
+    groups = {g.name: g for g in found.plan.groups}
     plans = {"a": base, "b": base, "c": replace(base, group="other")}
-    assert vacated(plans, moved, "prep") is expected
-    assert not vacated(plans, moved, "nobody")  # a group no actor is planned in is not ours to give back
+    ledger = Ledger(groups, plans, {name: 768 * MiB for name in moved})
+    assert ("prep" in ledger.vacated()) is expected
+    assert "nobody" not in ledger.vacated()  # a group no actor is planned in is not ours to give back
+    seated = Ledger(groups, plans, {name: 768 * MiB for name in moved}, {"c": ("prep", 1)})
+    assert "prep" not in seated.vacated()  # an actor seated in it keeps it
+
+
+def test_a_relaunched_rank_is_asked_for_on_its_old_node_then_beside_no_other_node_rank() -> None:
+    from dlu_prime.scheduler.base import SchedulingError
+    from dlu_prime.scheduler.memory_groups import MemoryGroups
+    from dlu_prime.scheduler.node_pinning import NODE_ID_LABEL, PIN_WAIT_S
+    from dlu_prime.scheduler.placement import plan_placement
+
+    spec = spec_from_dict(
+        {
+            "name": "lm",
+            "roles": [
+                {
+                    "name": "train",
+                    "kind": "elastic",
+                    "entrypoint": "m:f",
+                    "elastic": {"nnodes": "1:3"},
+                    "resources": {"memory": "512MiB"},
+                }
+            ],
+        }
+    )
+    plans = {a.name: a for a in plan_placement(spec).actors}
+    asked: list[tuple[tuple[dict[str, str], ...], float | None]] = []
+    removed: list[str] = []
+
+    def place(group: GroupPlan, wait_s: float | None) -> None:
+        asked.append((group.labels, wait_s))
+        if group.labels and group.labels[0][NODE_ID_LABEL] == "n1":
+            raise SchedulingError("no room on n1")
+
+    nodes = {"lm.train.0": "n0", "lm.train.1": "n1", "lm.train.2": "n2"}
+    groups = MemoryGroups(spec, {}, place, lambda g: removed.append(g.name), nodes=lambda: nodes)
+    groups.set(plans, {"lm.train.1": 768 * MiB})
+    sized = groups.sized(plans["lm.train.1"], plans)
+    assert asked == [(({NODE_ID_LABEL: "n1"},), PIN_WAIT_S), (({NODE_ID_LABEL: "!in(n0,n2)"},), None)]
+    assert removed == [sized.group] and groups.pinned("lm.train.1")  # the pinned try given up first

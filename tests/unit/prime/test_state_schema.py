@@ -25,6 +25,7 @@ from dlu_prime.master.schema import (
     migrate_3_to_4,
     migrate_4_to_5,
     migrate_5_to_6,
+    migrate_6_to_7,
     upgrade,
 )
 from dlu_prime.master.state import MAX_EVENTS, JobState, RelaunchRecord
@@ -40,6 +41,7 @@ V2 = "job_state_v2.json"
 V3 = "job_state_v3.json"
 V4 = "job_state_v4.json"
 V5 = "job_state_v5.json"
+V6 = "job_state_v6.json"
 TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
 
 
@@ -278,6 +280,18 @@ def test_a_v5_document_gains_the_memory_relaunch_fields_of_schema_6() -> None:
     assert _load(V5).to_status() == _load(V4).to_status()
 
 
+def test_a_v6_document_gains_the_seats_of_schema_7() -> None:
+    document = _document(V6)
+    upgraded = migrate_6_to_7(document)
+    assert upgraded["schema_version"] == 7 and document == _document(V6)
+    assert {a["seat"] for a in upgraded["actors"].values()} == {None}
+    in_flight = {**document, "relaunch": {"actor": "lm.trainer.1", "role": "trainer", "old_memory": 1,
+                                          "new_memory": 2, "reason": "r", "started_at": 0.0, "error": None}}  # fmt: skip
+    relaunch = migrate_6_to_7(in_flight)["relaunch"]
+    assert (relaunch["seat"], relaunch["old_seat"]) == (None, None)
+    assert _load(V6).to_status() == _load(V5).to_status()
+
+
 GiB = 2**30
 
 
@@ -326,7 +340,8 @@ def test_a_restarted_prime_master_keeps_the_memory_a_relaunch_gave(relaunch: boo
     assert sim.replaced == ([("lm.trainer.1", 3 * GiB)] if relaunch else [])
     assert manager.state.relaunch is None
     kinds = [e.kind for e in manager.state.events[len(state.events) :]]
-    assert kinds == (["master_restarted", "memory_relaunch_done"] if relaunch else ["master_restarted"])
+    done = ["memory_relaunch_done", "bundle_free"]  # trainer.1's share of its node's bundle
+    assert kinds == (["master_restarted", *done] if relaunch else ["master_restarted"])
     assert manager.state.roles["trainer"].restart_count == state.roles["trainer"].restart_count
     sim.kill("lm.trainer.1")  # a later failover of that actor asks for its memory too
     manager.monitor_once()

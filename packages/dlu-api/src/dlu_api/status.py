@@ -147,6 +147,11 @@ class JobStatus(BaseModel):
         description="Who sizes the roles now, for an auto-scaled job: 'single-job', or 'cluster' with "
         "whether the Brain answers (and the statistics buffered while it does not).",
     )
+    free_bundles: list[str] = Field(
+        default_factory=list[str],
+        description="Bundles reserved for the job that its actors left (a memory relaunch) and no "
+        "actor uses all of, e.g. 'bundle 1 of group prep free, memory 512 MiB reserved unused'.",
+    )
     log_dir: str | None = Field(
         default=None,
         description="Root of the rank log files (the spec's logs.dir, or $DLU_HOME/logs for a local "

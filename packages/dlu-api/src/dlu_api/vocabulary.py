@@ -121,6 +121,8 @@ class EventKind(StrEnum):
     MEMORY_RELAUNCH = "memory_relaunch"  # an actor near its memory limit replaced with more (not a fault)
     MEMORY_RELAUNCH_DONE = "memory_relaunch_done"
     MEMORY_RELAUNCH_FAILED = "memory_relaunch_failed"
+    BUNDLE_FREE = "bundle_free"  # a bundle a relaunched actor left: reserved, unused, or given back
+    BUNDLE_REUSED = "bundle_reused"  # an actor seated in such a bundle instead of reserving more
     # checkpoints
     CHECKPOINT_RESTORED = "checkpoint_restored"
     CHECKPOINT_PERSISTED = "checkpoint_persisted"

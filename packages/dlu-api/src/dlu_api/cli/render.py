@@ -155,6 +155,7 @@ def statistics_lines(status: JobStatus) -> list[str]:
             ]
             if any(use):
                 lines.append(f"  {actor.name}: " + ", ".join(u for u in use if u))
+    lines += [f"  {line}" for line in status.free_bundles]
     if status.backlogs:
         lines.append("  backlog: " + ", ".join(f"{k} {v}" for k, v in sorted(status.backlogs.items())))
     if status.autoscale:

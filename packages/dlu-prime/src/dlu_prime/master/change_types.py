@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from dlu_api.status import JobStage
 from dlu_api.vocabulary import ActorStage, EventKind, InPlaceDecision, Tier
+from dlu_prime.master.bundles import ActorsSeated
 from dlu_prime.master.failover import Recovery
 from dlu_prime.master.monitor import Assessment
 from dlu_prime.master.relaunch import RelaunchBegan, RelaunchEnded, RelaunchFailed
@@ -185,4 +186,5 @@ Change = (
     | RelaunchBegan
     | RelaunchFailed
     | RelaunchEnded
+    | ActorsSeated
 )

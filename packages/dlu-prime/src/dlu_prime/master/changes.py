@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from dlu_api.status import JobEvent
 from dlu_api.vocabulary import ActorStage, EventKind, FailureKind, InPlaceVerdict, Tier
+from dlu_prime.master.bundles import ActorsSeated, actors_seated
 from dlu_prime.master.change_types import (
     ActorsClosed,
     ActorsPlaced,
@@ -267,6 +268,9 @@ def apply_change(state: JobState, change: Change, now: float) -> list[JobEvent]:
             for kind, message, took in lines:
                 role, actor = (record.role, record.actor) if record is not None else (None, None)
                 note(Note(kind, message, role=role, actor=actor, duration_s=took))
+        case ActorsSeated():
+            for kind, message in actors_seated(state, change):
+                note(Note(kind, message))
         case FellBelowMin():
             node = state.actors[change.culprit].node_id
             for kind, message, _ in fell_below_min(state, change):

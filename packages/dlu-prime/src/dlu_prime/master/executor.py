@@ -43,6 +43,7 @@ from dlu_prime.master.core.commands import (
     RunChecks,
     SeeReplaced,
     SetMemory,
+    SetSeats,
     StartActors,
     StopActors,
     SubMasterFailover,
@@ -153,6 +154,9 @@ class Executor:
                 return None
             case SetMemory(memory=memory):
                 s.set_memory(dict(memory))
+                return None
+            case SetSeats(seats=seats):
+                s.set_seats(dict(seats))
                 return None
             case StopActors(names=names):
                 s.stop(list(names))

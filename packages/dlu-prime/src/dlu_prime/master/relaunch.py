@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from dlu_api.spec.units import format_bytes
 from dlu_api.vocabulary import ActorStage, EventKind
+from dlu_prime.master.bundles import left_lines
 from dlu_prime.master.state import JobState, RelaunchRecord
 
 Line = tuple[EventKind, str, float | None]
@@ -61,9 +62,18 @@ def relaunch_began(state: JobState, change: RelaunchBegan) -> list[Line]:
     actor.memory = record.new_memory
     actor.memory_raised_at = record.started_at
     actor.stage = ActorStage.INIT
+    actor.seat = record.seat
     state.relaunch = record
     state.relaunch_count += 1
-    return [(EventKind.MEMORY_RELAUNCH, record.reason, None)]
+    lines: list[Line] = [(EventKind.MEMORY_RELAUNCH, record.reason, None)]
+    if record.seat is not None:
+        group, _, index = record.seat.rpartition("#")
+        message = (
+            f"{record.actor} relaunched into bundle {index} of group {group}, which has room for "
+            f"{format_bytes(record.new_memory)}: nothing more reserved"
+        )
+        lines.append((EventKind.BUNDLE_REUSED, message, None))
+    return lines
 
 
 def relaunch_failed(state: JobState, change: RelaunchFailed) -> list[Line]:
@@ -75,6 +85,7 @@ def relaunch_failed(state: JobState, change: RelaunchFailed) -> list[Line]:
     if actor is not None:
         old = record.old_memory
         actor.memory = None if old == spec_memory(state, record.actor) else old
+        actor.seat = record.old_seat
         actor.stage = ActorStage.INIT
     message = (
         f"memory relaunch of {record.actor} with {format_bytes(record.new_memory)} failed: "
@@ -95,4 +106,8 @@ def relaunch_ended(state: JobState, change: RelaunchEnded, now: float) -> list[L
     if record.error is not None:
         return [(EventKind.ACTORS_RESTARTED, f"{record.actor} relaunched with its old memory", took)]
     message = f"{record.actor} relaunched with {format_bytes(record.new_memory)} in {took:.2f}s"
-    return [(EventKind.MEMORY_RELAUNCH_DONE, message, took)]
+    lines: list[Line] = [(EventKind.MEMORY_RELAUNCH_DONE, message, took)]
+    if record.actor in state.actors:
+        left = left_lines(state, record.actor, record.old_seat)
+        lines += [(EventKind.BUNDLE_FREE, line, None) for line in left]
+    return lines

@@ -28,6 +28,8 @@ History:
      `pending` (a mark-unhealthy no pass has judged yet).
   6: memory relaunches: an actor's `memory` override and `memory_raised_at`, and the job's
      `relaunch` record in flight and `relaunch_count`.
+  7: reused bundles: an actor's `seat` (the bundle of its role's group it was seated in, one a
+     relaunched actor left), and a relaunch record's `seat` and `old_seat`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -166,12 +168,26 @@ def migrate_5_to_6(document: Document) -> Document:
     return out
 
 
+def migrate_6_to_7(document: Document) -> Document:
+    """No bundle was reused before version 7: every actor sits where it was planned or in a
+    group of its own."""
+    out = copy.deepcopy(document)
+    for actor in _records(out, "actors"):
+        _fill(actor, {"seat": None})
+    relaunch: Any = out.get("relaunch")
+    if isinstance(relaunch, dict):
+        _fill(relaunch, {"seat": None, "old_seat": None})  # pyright: ignore[reportUnknownArgumentType]
+    out["schema_version"] = 7
+    return out
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
     3: migrate_3_to_4,
     4: migrate_4_to_5,
     5: migrate_5_to_6,
+    6: migrate_6_to_7,
 }
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 

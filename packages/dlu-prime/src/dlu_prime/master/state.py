@@ -70,6 +70,11 @@ class ActorRecord(BaseModel):
     memory_raised_at: float | None = Field(
         default=None, description="When its last memory relaunch began (one per settle period)."
     )
+    seat: str | None = Field(
+        default=None,
+        description="The bundle of its role's group it sits in instead of its planned place "
+        "(`group#index`): one a relaunched actor left (`master.bundles`).",
+    )
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Assign; the JSON kept for the writer (`ENCODED`) is no longer the record's."""
@@ -165,6 +170,8 @@ class RelaunchRecord(BaseModel):
     error: str | None = Field(
         default=None, description="Why it failed: the actor is being put back with its old memory."
     )
+    seat: str | None = Field(default=None, description="The bundle it is seated in with the new memory.")
+    old_seat: str | None = Field(default=None, description="Its seat before (put back on a failure).")
 
 
 class RequestOutcome(BaseModel):
@@ -370,6 +377,7 @@ class JobState(BaseModel):
             first_failure=self.first_failure,
             run_id=self.run_id,
             log_dir=self.spec.logs.dir,
+            free_bundles=[b.text() for b in _free_bundles(self)],
         )
 
     def _events(self, tail: int, after: int | None) -> list[JobEvent]:
@@ -391,3 +399,10 @@ class JobState(BaseModel):
         raw: Any = json.loads(data)
         document: dict[str, Any] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
         return cls.model_validate(upgrade(document))
+
+
+def _free_bundles(state: JobState) -> list[Any]:
+    """`master.bundles.free_bundles` (imported here: that module builds on this one)."""
+    from dlu_prime.master.bundles import free_bundles
+
+    return list(free_bundles(state))

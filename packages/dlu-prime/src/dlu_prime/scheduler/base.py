@@ -140,6 +140,12 @@ class Scheduler(ABC):
         asks as its role does again. SubMasters are not named."""
 
     @abstractmethod
+    def set_seats(self, seats: Mapping[str, str | None]) -> None:
+        """The bundle (`group#index`, `scheduler.free_bundles`) of its role's group that the
+        next incarnation of each named actor sits in, a bundle another actor left; None: its
+        planned place (or, with a memory override, a group of its own) again."""
+
+    @abstractmethod
     def call(self, name: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         """Call one method of one actor and return its result.
 

@@ -24,11 +24,12 @@ why `ray_noset_visible_devices` needs only the role.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dlu_api.spec.models import DeviceType, RoleSpec
+from dlu_api.spec.models import DeviceType, JobSpec, RoleSpec
+from dlu_prime.scheduler.placement import ActorPlan
 
 SetBy = Literal["ray", "manual", "not_set", "none"]
 
@@ -139,3 +140,23 @@ def device_env(
             f"role {role.name!r}: local_rank {local_rank} has no GPU among the bundle's ids {ids}"
         )
     return DeviceEnv(",".join(ids), "manual", local_rank, device)
+
+
+def bundle_device_env(
+    spec: JobSpec, plan: ActorPlan, plans: Iterable[ActorPlan], gpu_ids: Mapping[str, Sequence[str]]
+) -> dict[str, str]:
+    """The device env of actor `plan` (not a SubMaster) among its bundle mates (`plans`: every
+    actor's plan; `gpu_ids`: the GPUs Ray gave each actor seen so far)."""
+    role = spec.role(plan.role)
+    mates = [
+        a for a in plans if a.role == plan.role and a.group == plan.group and a.node_rank == plan.node_rank
+    ]
+    group_ids = [list(gpu_ids.get(a.name, [])) for a in sorted(mates, key=lambda a: a.local_rank)]
+    env = device_env(
+        role,
+        plan.local_rank,
+        spec.device_type.value,
+        spec.device_per_node,
+        group_ids if all(a.name in gpu_ids for a in mates) else None,
+    )
+    return env.env()

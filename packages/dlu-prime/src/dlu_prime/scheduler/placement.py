@@ -51,7 +51,8 @@ class BundlePlan:
 class GroupPlan:
     """One placement group: a collocation, or a role of its own.
 
-    Bundle k holds the k-th `per_group` actors of every role in `roles`.
+    Bundle k holds the k-th `per_group` actors of every role in `roles`. `labels`, where set,
+    is one Ray label selector per bundle (the nodes it may land on; `node_pinning`).
     """
 
     name: str
@@ -59,6 +60,7 @@ class GroupPlan:
     strategy: str
     roles: tuple[str, ...]
     bundles: tuple[BundlePlan, ...]
+    labels: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import GetTimeoutError, RayError
 
 logger = logging.getLogger(__name__)
 
@@ -33,3 +34,22 @@ def dead_nodes(node_ids: Sequence[str]) -> set[str]:
         logger.warning("could not list Ray's nodes: %s", exc)
         return set()
     return {str(n["NodeID"]) for n in nodes if str(n.get("NodeID")) in wanted and not n.get("Alive")}
+
+
+def node_of(name: str, handle: Callable[[str], Any]) -> dict[str, str]:
+    """{name: its node} as the live actor says (asked briefly; empty where it cannot answer)."""
+    try:
+        identity: dict[str, Any] = ray.get(handle(name).identity.remote(), timeout=2.0)
+    except (RayError, GetTimeoutError, ValueError):
+        return {}
+    node = identity.get("node_id")
+    return {name: str(node)} if node else {}
+
+
+def reconstructed_fresh(handle: Any) -> bool:
+    """Ray already rebuilt this actor and nothing ran in it yet: set it up, do not replace it."""
+    try:
+        status: dict[str, Any] = ray.get(handle.status.remote(), timeout=5.0)
+    except (RayError, GetTimeoutError, ValueError):
+        return False
+    return bool(status.get("reconstructed")) and status.get("stage") == "INIT"

@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
+from ray.util import placement_group_table
 from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group
 
 from dlu_api.spec.models import JobSpec
@@ -23,7 +24,7 @@ from dlu_prime.naming import NAMESPACE, sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
 from dlu_prime.scheduler.cleanup import remove_group, remove_job_resources
-from dlu_prime.scheduler.gpu import device_env
+from dlu_prime.scheduler.gpu import bundle_device_env
 from dlu_prime.scheduler.memory_groups import MemoryGroups
 from dlu_prime.scheduler.node_groups import NodeGroups
 from dlu_prime.scheduler.placement import (
@@ -43,7 +44,7 @@ from dlu_prime.scheduler.ray_actors import (
     error_text,
     setup_error,
 )
-from dlu_prime.scheduler.ray_queries import dead_nodes, requeue_shards
+from dlu_prime.scheduler.ray_queries import dead_nodes, node_of, reconstructed_fresh, requeue_shards
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class RayScheduler(Scheduler):
         self._handles: dict[str, Any] = {}
         self._by_name: dict[str, ActorPlan] = {a.name: a for a in self.plan.actors}
         self._gpu_ids: dict[str, list[str]] = {}
+        self._nodes: dict[str, str] = {}  # worker -> the Ray node its latest incarnation said
         self._extra_groups: dict[str, GroupPlan] = {}  # groups of actors a resize added
         self._renewed: set[str] = set()  # actors whose new incarnation said so during a poll
         self._sub_master_roles = {
@@ -89,10 +91,11 @@ class RayScheduler(Scheduler):
         self.memory_groups = MemoryGroups(
             spec,
             self._extra_groups,
-            lambda group: self._wait_placement([group]),
+            lambda group, wait_s: self._wait_placement([group], wait_s),
             self._drop_group,
             group_of=self._group_plan,
             kept=self.node_groups.names,
+            nodes=lambda: self._nodes,
         )
 
     # placement -------------------------------------------------------------------------------
@@ -102,6 +105,8 @@ class RayScheduler(Scheduler):
         group = self._group_plan(group_name)
         try:
             pg = get_placement_group(group.pg_name)
+            if placement_group_table(pg).get("state") == "REMOVED":  # just given up: ask anew
+                raise ValueError(group.pg_name)
             logger.info("adopted placement group %s", group.pg_name)
         except ValueError:
             pg = placement_group(
@@ -109,6 +114,7 @@ class RayScheduler(Scheduler):
                 strategy=group.strategy,
                 name=group.pg_name,
                 lifetime="detached",
+                bundle_label_selector=[dict(s) for s in group.labels] or None,  # pyright: ignore[reportArgumentType]
             )
         self._groups[group_name] = pg
         return pg
@@ -117,19 +123,18 @@ class RayScheduler(Scheduler):
         found = self._extra_groups.get(name)
         return found or next(g for g in self.plan.groups if g.name == name)
 
-    def _wait_placement(self, groups: Sequence[GroupPlan] | None = None) -> None:
+    def _wait_placement(self, groups: Sequence[GroupPlan] | None = None, wait_s: float | None = None) -> None:
         wanted = self.plan.groups if groups is None else groups
         pending = {g.name: self._placement_group(g.name) for g in wanted}
         ready_refs = {name: pg.ready() for name, pg in pending.items()}
-        deadline = time.monotonic() + self._placement_timeout
+        timeout = self._placement_timeout if wait_s is None else wait_s
+        deadline = time.monotonic() + timeout
         for name, ref in ready_refs.items():
             try:
                 ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except GetTimeoutError:
                 group = self._group_plan(name)
-                raise SchedulingError(
-                    unplaced_message(group, self._placement_timeout, ray.available_resources())
-                ) from None
+                raise SchedulingError(unplaced_message(group, timeout, ray.available_resources())) from None
 
     # actors ----------------------------------------------------------------------------------
     def _create_actor(self, plan: ActorPlan) -> Any:
@@ -140,6 +145,9 @@ class RayScheduler(Scheduler):
 
     def set_memory(self, memory: Mapping[str, int]) -> None:
         self.memory_groups.set(self._by_name, memory)
+
+    def set_seats(self, seats: Mapping[str, str | None]) -> None:
+        self.memory_groups.set_seats(seats)
 
     def _drop_group(self, group: GroupPlan) -> None:
         self._groups.pop(group.name, None)
@@ -170,7 +178,13 @@ class RayScheduler(Scheduler):
                 names.append(name)
         identities = self._call_all(names, "identity")
         self._gpu_ids = {name: list(identities[name]["gpu_ids"]) for name in names if name in self._by_name}
-        return {name: identities[name]["node_id"] for name in names}
+        return self._seen_nodes(identities)
+
+    def _seen_nodes(self, identities: Mapping[str, Any]) -> dict[str, str | None]:
+        """Each actor's node, as its incarnation said (kept: where a relaunched rank goes back)."""
+        nodes = {name: identities[name]["node_id"] for name in identities}
+        self._nodes.update({n: node for n, node in nodes.items() if n in self._by_name and node})
+        return nodes
 
     def _call_all(self, names: Sequence[str], method: str, *args: Any) -> dict[str, Any]:
         """Call a method on many actors at once; the first failure raises ActorSetupError."""
@@ -184,23 +198,9 @@ class RayScheduler(Scheduler):
         return results
 
     def _device_env(self, plan: ActorPlan | None) -> dict[str, str]:
-        if plan is None:  # a SubMaster: no devices
-            return {}
-        role = self.spec.role(plan.role)
-        bundle_mates = [
-            a
-            for a in self._by_name.values()
-            if a.role == plan.role and a.group == plan.group and a.node_rank == plan.node_rank
-        ]
-        group_ids = [self._gpu_ids.get(a.name, []) for a in sorted(bundle_mates, key=lambda a: a.local_rank)]
-        env = device_env(
-            role,
-            plan.local_rank,
-            self.spec.device_type.value,
-            self.spec.device_per_node,
-            group_ids if all(name in self._gpu_ids for name in (a.name for a in bundle_mates)) else None,
+        return (
+            {} if plan is None else bundle_device_env(self.spec, plan, self._by_name.values(), self._gpu_ids)
         )
-        return env.env()
 
     def setup(self, names: Sequence[str]) -> None:
         refs = {
@@ -285,15 +285,16 @@ class RayScheduler(Scheduler):
                     return ActorObservation.gone(f"actor {name} did not answer: {error_text(exc)}")
 
     def _reconstructed_fresh(self, name: str) -> bool:
-        """Ray already rebuilt this actor and nothing ran in it yet: set it up, do not replace it."""
         try:
-            status: dict[str, Any] = ray.get(self.handle(name).status.remote(), timeout=5.0)
-        except (RayError, GetTimeoutError, ValueError):
+            return reconstructed_fresh(self.handle(name))
+        except ValueError:
             return False
-        return bool(status.get("reconstructed")) and status.get("stage") == "INIT"
 
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:
         replace = [name for name in names if not self._reconstructed_fresh(name)]
+        for name in replace:  # a rebuilt PrimeMaster's: where a relaunched rank ran is asked first
+            if self.memory_groups.pinned(name) and name not in self._nodes:
+                self._nodes.update(node_of(name, self.handle))
         for name in replace:
             with contextlib.suppress(ValueError):  # already gone
                 ray.kill(self.handle(name), no_restart=True)
@@ -320,7 +321,7 @@ class RayScheduler(Scheduler):
             {name: list(identities[name]["gpu_ids"]) for name in names if name in self._by_name}
         )
         self.setup(names)
-        return {name: identities[name]["node_id"] for name in names}
+        return self._seen_nodes(identities)
 
     # resizing a simple role ------------------------------------------------------------------
     def know(self, role: str, ranks: Sequence[int], world_size: int) -> None:
@@ -333,14 +334,15 @@ class RayScheduler(Scheduler):
     def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
         self.know(role, ranks, world_size)
         plans = [self._by_name[naming.actor_name(self.spec.name, role, r)] for r in ranks]
-        self._wait_placement([self._group_plan(p.group) for p in plans if p.group in self._extra_groups])
+        own = [p for p in plans if p.group in self._extra_groups and not self.memory_groups.seated(p.name)]
+        self._wait_placement([self._group_plan(p.group) for p in own])
         for plan in plans:
             self._handles[plan.name] = self._create_actor(plan)
         names = [p.name for p in plans]
         identities = self._call_all(names, "identity")
         self._gpu_ids.update({name: list(identities[name]["gpu_ids"]) for name in names})
         self.setup(names)
-        return {name: identities[name]["node_id"] for name in names}
+        return self._seen_nodes(identities)
 
     def remove_actors(self, names: Sequence[str]) -> None:
         self.stop(names)
@@ -354,7 +356,7 @@ class RayScheduler(Scheduler):
             if group is not None:
                 self._groups.pop(group.name, None)
                 remove_group(group.pg_name)
-            self.memory_groups.forget(name)
+            self.memory_groups.forget(name, self._by_name)
 
     def placed_nodes(self, role: str, nodes: Sequence[int], wait_s: float = 0.0) -> list[int]:
         return self.node_groups.placed(role, nodes, wait_s)

@@ -54,6 +54,7 @@ class SimScheduler(Scheduler):
         self.added: list[str] = []  # every add_actors / remove_actors call, in order
         self.removed: list[str] = []
         self.memory: dict[str, int] = {}  # actor -> the memory a relaunch gave it (`set_memory`)
+        self.seats: dict[str, str] = {}  # actor -> the bundle it was seated in (`set_seats`)
         self.replaced: list[tuple[str, int | None]] = []  # every replacement, with the memory it asked for
         self.memory_used: dict[str, int] = {}  # actor -> the memory it reports using (set by a test)
         self.node_memory: int | None = None  # what every node holds, as the actors report it
@@ -151,6 +152,14 @@ class SimScheduler(Scheduler):
                 self.memory.pop(name, None)
             else:
                 self.memory[name] = amount
+
+    def set_seats(self, seats: Mapping[str, str | None]) -> None:
+        """No bundles here: the seats are kept to be looked at."""
+        for name, seat in seats.items():
+            if seat is None:
+                self.seats.pop(name, None)
+            else:
+                self.seats[name] = seat
 
     def restart(self, names: Sequence[str]) -> dict[str, str | None]:
         for name in names:

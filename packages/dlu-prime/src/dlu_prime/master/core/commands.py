@@ -179,6 +179,14 @@ class SetMemory:
 
 
 @dataclass(frozen=True)
+class SetSeats:
+    """The bundle (`group#index`) of its role's group each named actor's next incarnation sits
+    in instead of its planned place or a group of its own (None: no seat any more)."""
+
+    seats: Mapping[str, str | None]
+
+
+@dataclass(frozen=True)
 class StopActors:
     names: tuple[str, ...]
     purpose: Purpose = Purpose.STOP
@@ -335,6 +343,7 @@ Command = (
     | ForgetLiveness
     | AdoptResized
     | SetMemory
+    | SetSeats
     | StopActors
     | Cleanup
     | AskStop

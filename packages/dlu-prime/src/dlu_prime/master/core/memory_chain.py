@@ -1,15 +1,17 @@
 """A memory relaunch as a chain of decisions: an actor near its memory limit replaced with more
 memory through the role tier's own steps, but not as a fault (nothing counted, no budget used).
 
-decided (autoscale_pass)  RelaunchBegan saved (memory_relaunch, the override on the actor's
-                          record) -> SetMemory -> the role tier's replacement:
+decided (autoscale_pass)  RelaunchBegan saved (memory_relaunch, the override and the seat, a
+                          bundle of its role's group it fits in (`master.bundles`), on the
+                          actor's record) -> SetMemory, SetSeats -> the role tier's replacement:
   with a SubMaster        SubMasterFailover (it calls `restart_actors` back: not counted, the
                           actor is the relaunch's) -> RelaunchEnded (memory_relaunch_done)
   without one             ReplaceActors -> StartActors -> RelaunchEnded
   a failed step           RelaunchFailed (memory_relaunch_failed; the old memory back on the
                           record) -> SetMemory(old) -> the same steps again -> RelaunchEnded;
                           failing again: RelaunchEnded(error), the monitor judges the actor
-rebuilt PrimeMaster       SetMemory(every override) [+ the relaunch in flight from its first step]
+rebuilt PrimeMaster       SetSeats(every seat), SetMemory(every override) [+ the relaunch in
+                          flight from its first step]
 
 The relaunch in flight (`state.relaunch`) is saved before its first step, so no failover,
 resize or other relaunch begins meanwhile, and a rebuilt PrimeMaster carries it on. Pure.
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 from dlu_api.vocabulary import ActorStage
 from dlu_prime.autoscale.memory import MemoryDecision
+from dlu_prime.master.bundles import relaunch_seat
 from dlu_prime.master.change_types import ActorsPlaced
 from dlu_prime.master.core.commands import (
     Command,
     Purpose,
     ReplaceActors,
     SetMemory,
+    SetSeats,
     StartActors,
     SubMasterFailover,
 )
@@ -42,16 +46,21 @@ def begin(state: JobState, decision: MemoryDecision, now: float) -> Decision:
         new_memory=decision.new,
         reason=decision.reason,
         started_at=now,
+        seat=relaunch_seat(state, decision.actor, decision.new),
+        old_seat=state.actors[decision.actor].seat,
     )
     memory = SetMemory({record.actor: record.new_memory})
-    return Decision((RelaunchBegan(record),), (memory, _replace(state, record)))
+    moves = (SetSeats({record.actor: record.seat}),) if record.seat != record.old_seat else ()
+    return Decision((RelaunchBegan(record),), (memory, *moves, _replace(state, record)))
 
 
 def rebuilt(state: JobState) -> tuple[Command, ...]:
     """What a rebuilt PrimeMaster tells its scheduler first: every actor's memory override, and
     the relaunch in flight carried on from its first step (each step is idempotent)."""
     memory = overrides(state)
-    commands: list[Command] = [SetMemory(memory)] if memory else []
+    seats: dict[str, str | None] = {n: a.seat for n, a in state.actors.items() if a.seat is not None}
+    commands: list[Command] = [SetSeats(seats)] if seats else []
+    commands += [SetMemory(memory)] if memory else []
     record = state.relaunch
     if record is not None and record.actor in state.actors:
         commands.append(_replace(state, record))
@@ -74,10 +83,14 @@ def after(state: JobState, done: Done) -> Decision:
     if done.error is not None:
         if record.error is not None:
             return Decision((RelaunchEnded(done.error_text),))
-        back = record.model_copy(update={"new_memory": record.old_memory})
+        back = record.model_copy(update={"new_memory": record.old_memory, "seat": record.old_seat})
         return Decision(
             (RelaunchFailed(done.error_text),),
-            (SetMemory({record.actor: record.old_memory}), _replace(state, back)),
+            (
+                SetMemory({record.actor: record.old_memory}),
+                *((SetSeats({record.actor: record.old_seat}),) if record.seat != record.old_seat else ()),
+                _replace(state, back),
+            ),
         )
     match done.command:
         case ReplaceActors(names=names):

@@ -1,7 +1,7 @@
 """A resize as a chain of decisions, one per step's outcome, like the failover chain.
 
 scale request:  plan_resize -> ResizeBegan (saved, `resize_started` at once) [+ KnowActors], Wake
-simple role:    AddActors -> StartActors -> RemoveActors -> RequeueShards -> ResizeEnded
+simple role:    [ActorsSeated, SetSeats] AddActors -> StartActors -> RemoveActors -> RequeueShards -> ResizeEnded
 elastic role:   DropActors | RemoveActors + RemoveNodeGroups -> FindPlacedNodes -> AddActors
                 -> CheckNodes (ResizeChecked saved) -> ReformTraining -> ResizeEnded, ForgetLiveness
 a failed step:  RemoveActors(added, undo) -> ResizeEnded(error)
@@ -16,6 +16,7 @@ retried `dlu scale` find it (`request_seen`).
 from __future__ import annotations
 
 from dlu_api.vocabulary import ActorStage, EventKind
+from dlu_prime.master.bundles import ActorsSeated, growth_seats
 from dlu_prime.master.change_types import ActorsPlaced, Note
 from dlu_prime.master.core.commands import (
     AddActors,
@@ -30,6 +31,7 @@ from dlu_prime.master.core.commands import (
     RemoveActors,
     RemoveNodeGroups,
     RequeueShards,
+    SetSeats,
     StartActors,
     Wake,
 )
@@ -159,7 +161,11 @@ def _simple_add(state: JobState, record: ResizeRecord) -> Decision:
         state.actors[n].rank for n in record.added if state.actors[n].stage is ActorStage.INIT
     )  # created by an earlier try: adopted, not created again
     if ranks:
-        return _run(AddActors(record.role, ranks, record.new_size))
+        adding = AddActors(record.role, ranks, record.new_size)
+        seats = growth_seats(state, (n for n in record.added if state.actors[n].stage is ActorStage.INIT))
+        if seats:  # bundles a relaunch left free: taken before reserving more
+            return Decision((ActorsSeated(seats),), (SetSeats(dict(seats)), adding))
+        return _run(adding)
     return _start_added(state, record)
 
 
