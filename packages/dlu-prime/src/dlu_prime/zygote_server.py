@@ -291,14 +291,27 @@ def freeze_heap() -> None:
 
 
 def _preload(modules: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Import `modules` with the cyclic collector off (as it was after).
+
+    Imports only add objects that live as long as the zygote, yet each of the collector's
+    passes walks all of them: importing torch, torch._dynamo and the rest ran 718 + 66 + 5
+    collections here, 0.6 of 3.5 s of CPU (counted with `gc.callbacks`), while the job's own
+    start competes for the two cores.
+    """
     loaded: list[str] = []
     failed: dict[str, str] = {}
-    for name in modules:
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except Exception as exc:  # a child imports it itself (and fails there, visibly)
-            failed[name] = f"{type(exc).__name__}: {exc}"
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+                loaded.append(name)
+            except Exception as exc:  # a child imports it itself (and fails there, visibly)
+                failed[name] = f"{type(exc).__name__}: {exc}"
+    finally:
+        if collecting:
+            gc.enable()
     return loaded, failed
 
 
@@ -336,7 +349,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         time.perf_counter() - started,
         f"; failed: {failed}" if failed else "",
     )
-    freeze_heap()  # the preloaded modules' objects, once (before each fork only what is new)
+    # The preloaded modules' objects, once (before each fork only what is new), without the
+    # collection `freeze_heap` runs first: it walks every object to free the cyclic garbage the
+    # imports left, and they left none (not one of the 340,000 objects of torch's preload, nor
+    # of the 130,000 of Ray's): 0.2 s of CPU for torch's, for nothing. Any there were would stay.
+    gc.freeze()
     listener.setblocking(False)
     refill_quiet_s = float(os.environ.get(REFILL_QUIET_ENV) or DEFAULT_REFILL_QUIET_S)
     try:
