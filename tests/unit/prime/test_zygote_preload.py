@@ -1,4 +1,5 @@
-"""The zygote's preload runs its imports with the cyclic collector off, and gives it back."""
+"""The zygote's preload runs its imports with the cyclic collector off, freezes what they made
+before the collector is on again, and gives it back."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def modules(tmp_path: Path) -> Iterator[Path]:
     try:
         yield tmp_path
     finally:
+        gc.unfreeze()  # what `_preload` froze of this test process
         sys.path.remove(str(tmp_path))
         for name in [n for n in sys.modules if n.startswith("dlu_preload_probe")]:
             del sys.modules[name]
@@ -40,6 +42,18 @@ def test_imports_run_without_the_collector_which_is_on_again_after(modules: Path
     assert sys.modules["dlu_preload_probe_a"].collecting is False
     assert sys.modules["dlu_preload_probe_c"].collecting is False  # still off after a failure
     assert gc.isenabled()
+
+
+def test_what_the_imports_made_is_out_of_the_collectors_reach_when_it_is_on_again(modules: Path) -> None:
+    # Left in generation 0, the first allocation after the preload would start a collection
+    # walking every object the imports made (0.2 s after torch's).
+    (modules / "dlu_preload_probe_f.py").write_text("made = [[] for _ in range(50_000)]\n")
+    _preload(["dlu_preload_probe_f"])
+    made = sys.modules["dlu_preload_probe_f"].made
+    tracked = {id(thing) for thing in gc.get_objects()}  # the frozen are in no generation
+    assert id(made) not in tracked
+    assert not any(id(item) in tracked for item in made[:100])
+    assert gc.get_freeze_count() >= 50_000
 
 
 def test_a_collector_that_was_off_stays_off(modules: Path) -> None:
