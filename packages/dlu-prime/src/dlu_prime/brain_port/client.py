@@ -5,6 +5,10 @@ within `buffer_limit` samples; past it the oldest go, and `dropped` counts them)
 order, once it answers again; the job runs in single-job mode meanwhile (`mode`). Attempts back
 off (`retry_min_s` doubling to `retry_max_s`) so a Brain that is down costs one refused connection
 per backoff, not one per report.
+
+httpx is imported by the client itself, not by this module: `dlu_prime.brain_port.models` (which
+the PrimeMaster's modules import) runs this package's `__init__`, and httpx with the rich and
+click it imports cost `dlu run` and the embedded Ray's worker zygote 0.1 s each on every start.
 """
 
 from __future__ import annotations
@@ -13,9 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from dlu_prime.brain_port.models import (
     JobEnd,
@@ -26,6 +28,9 @@ from dlu_prime.brain_port.models import (
     StatsBatch,
 )
 from dlu_prime.brain_port.port import BrainMode, BrainPort
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +69,10 @@ class BrainClient(BrainPort):
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"Brain URL {url!r}: give http://HOST:PORT (what `dlu brain serve` prints)")
+        import httpx
+
         self.url = url.rstrip("/")
+        self._http_error = httpx.HTTPError
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
         self._clock = clock
         self._retry_min_s = retry_min_s
@@ -221,7 +229,7 @@ class BrainClient(BrainPort):
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             answer = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
+        except self._http_error as exc:
             raise BrainAway(f"{type(exc).__name__}: {exc}") from exc
         if answer.status_code == 503:
             raise BrainAway(f"503: {answer.text[:200]}")

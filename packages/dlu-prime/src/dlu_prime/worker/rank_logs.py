@@ -18,7 +18,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from dlu_api.rank_logs import (
     HOME_SUBDIR,
@@ -29,7 +29,9 @@ from dlu_api.rank_logs import (
     rank_file,
     start_marker,
 )
-from dlu_api.spec.models import LogsSettings
+
+if TYPE_CHECKING:  # the training processes' zygote imports this module: no pydantic models for it
+    from dlu_api.spec.models import LogsSettings
 
 logger = logging.getLogger(__name__)
 
