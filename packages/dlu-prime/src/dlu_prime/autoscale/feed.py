@@ -113,6 +113,7 @@ class JobStatistics:
         self._node_memory: dict[str, int] = {}  # actor -> what its node holds
         self.backlogs: dict[str, int] = {}
         self.changed_at = now  # the last resize or recovery seen (or this PrimeMaster's start)
+        self._measured_since: dict[str, float] = {}  # role -> its first measurement since then
         self._mark: tuple[int, ...] = ()
         self._actors = -1
         self._sampled: dict[str, list[str]] = {}  # role -> the actors its speed is measured on
@@ -166,6 +167,7 @@ class JobStatistics:
         if busy or mark != self._mark or len(state.actors) != self._actors:
             if busy or mark != self._mark:
                 self.changed_at = now  # a resize or recovery in flight, or one that ended since
+                self._measured_since.clear()
             self._mark, self._actors = mark, len(state.actors)
             self._sampled, self._sizes = _sample(state)
         measuring = not busy and now - self.changed_at >= state.spec.autoscale.settle_s
@@ -182,7 +184,8 @@ class JobStatistics:
                     # them (steps_reported stays False): its step counts all the same
                     self.meter.forget_actor(role, name)  # the next interval starts afresh
                     continue
-                self.meter.observe_step(role, name, seen.step, now, self._sizes[role])
+                if self.meter.observe_step(role, name, seen.step, now, self._sizes[role]):
+                    self._measured_since.setdefault(role, now)
         if now < self._next_usage:
             return
         self._next_usage = now + USAGE_S
@@ -308,8 +311,18 @@ class JobStatistics:
                 low, high = spec.elastic.min_nodes, spec.elastic.max_nodes
                 if low < high:
                     by_size = self.meter.by_size(spec.name)
+                    since = self._measured_since.get(spec.name)
                     out.append(
-                        RoleView(spec.name, True, self._size(state, spec.name), low, high, by_size, "steps/s")
+                        RoleView(
+                            spec.name,
+                            True,
+                            self._size(state, spec.name),
+                            low,
+                            high,
+                            by_size,
+                            "steps/s",
+                            measured_s=0.0 if since is None else now - since,
+                        )
                     )
         return out
 

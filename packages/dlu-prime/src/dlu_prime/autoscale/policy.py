@@ -37,6 +37,9 @@ class RoleView:
     drain_per_actor: float | None = None
     arrival_per_s: float | None = None
     failed: frozenset[int] = frozenset()  # sizes whose resize failed: not proposed again
+    # seconds its current size has been measured since the last change (a world whose first
+    # steps come late, its processes still starting, has been measured for less than it has run)
+    measured_s: float = math.inf
 
 
 def elastic_size(view: RoleView, threshold: float) -> SizeDecision:

@@ -67,15 +67,17 @@ class ThroughputMeter:
     def __init__(self) -> None:
         self._roles: dict[str, _RoleMeter] = {}
 
-    def observe_step(self, role: str, actor: str, step: int, now: float, world_size: int) -> None:
+    def observe_step(self, role: str, actor: str, step: int, now: float, world_size: int) -> bool:
+        """Whether this heartbeat made a measurement (it follows one of the same actor at the
+        same world size)."""
         meter = self._roles.setdefault(role, _RoleMeter())
         before = meter.last_step.get(actor)
         meter.last_step[actor] = (step, now, world_size)
         if before is None:
-            return
+            return False
         last, then, size = before
         if size != world_size or step < last or now <= then:
-            return  # a resize or a restart in between: not a measurement
+            return False  # a resize or a restart in between: not a measurement
         # A step that did not move is a measurement too (time, no steps): an elastic rank's agent
         # relays its process's steps in bursts, and dropping the polls between them read 1.9
         # steps/s where the rank ran at 1.4.
@@ -83,6 +85,7 @@ class ThroughputMeter:
             pool.steps += step - last
             pool.step_time += now - then
             pool.spans(then, now)
+        return True
 
     def observe_samples(self, role: str, count: int, now: float, world_size: int) -> None:
         """`count` samples the role consumed since the previous call (the samples hook)."""

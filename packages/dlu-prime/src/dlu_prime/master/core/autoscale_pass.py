@@ -9,7 +9,8 @@ AutoscaleObserved -> nothing during a recovery, a resize or a memory relaunch in
                      relaunched with more memory (`memory_chain`), or refused as above
                   -> else, with no Brain answering: an actor at 90% of its memory limit for
                      `measure_s` is relaunched with x1.5 (`autoscale.memory`, `memory_chain`);
-                     else, once the last resize settled and was measured, the job's own
+                     else, once the last resize settled and its world was measured for
+                     `measure_s` (counted from its first measured step), the job's own
                      policy (`dlu_prime.autoscale.policy`): its first change becomes a resize
 
 The Brain's plans and the job's policy use the same algorithms (`dlu_prime.stats.scaling`), so
@@ -71,7 +72,10 @@ def observed(state: JobState, event: AutoscaleObserved, now: float) -> Decision:
         return memory_chain.begin(state, relaunch, now)
     if event.quiet_for_s < settings.settle_s + settings.measure_s:
         return Decision()  # the last resize is measured first
-    for decision in policy.choose(event.views, settings):
+    # an elastic role whose world has not yet been measured for `measure_s` (its processes were
+    # still starting: a size judged on no steps read 0.0 steps/s) waits for the next pass
+    measured = [v for v in event.views if not v.elastic or v.measured_s >= settings.measure_s]
+    for decision in policy.choose(measured, settings):
         if decision.changes:
             return _resize(state, decision)
     return Decision()
