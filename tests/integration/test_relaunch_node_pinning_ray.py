@@ -6,11 +6,14 @@ with a small stand-in worker class (it says its node; nothing trains)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,8 +49,8 @@ class NodeSayer:
         return None
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
+@contextlib.contextmanager
+def _cluster() -> Iterator[Any]:
     import ray
     from ray import cloudpickle
     from ray.cluster_utils import Cluster
@@ -58,6 +61,7 @@ def cluster() -> Iterator[Any]:
     old = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = short_tmp_dir("dlu-pin-")
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
+    assert not ray.is_initialized()  # a process of its own: the driver joins this cluster alone
     args = {"num_cpus": 2, "memory": 4 * GiB, "node_ip_address": "127.0.0.1"}
     with pin_loopback():
         found = Cluster(
@@ -85,9 +89,26 @@ def _bundle_node(pg_name: str) -> str:
     return placement_group_table(get_placement_group(pg_name))["bundles_to_node_id"][0]
 
 
-def test_a_relaunched_rank_goes_back_to_its_node_else_to_one_without_its_roles_other_ranks(
-    cluster: Any,
-) -> None:
+def test_a_relaunched_rank_goes_back_to_its_node_else_to_one_without_its_roles_other_ranks() -> None:
+    """Run in a process of its own (`main`): the session's Ray of the other modules may be up in
+    this one, and a driver joins one Ray at a time."""
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests / "integration")])}
+    done = subprocess.run(
+        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=110, check=False
+    )
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert "checked" in done.stdout
+
+
+def main() -> None:
+    with _cluster():
+        _check()
+    print("checked: back to its node, then to the node without its role's other rank")
+
+
+def _check() -> None:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -143,3 +164,7 @@ def test_a_relaunched_rank_goes_back_to_its_node_else_to_one_without_its_roles_o
     while ray.available_resources().get("memory", 0.0) < before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("memory", 0.0) >= before  # nothing of the job is left reserved
+
+
+if __name__ == "__main__":
+    main()
