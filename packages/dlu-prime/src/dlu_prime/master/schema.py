@@ -28,6 +28,8 @@ History:
      `pending` (a mark-unhealthy no pass has judged yet).
   6: memory relaunches: an actor's `memory` override and `memory_raised_at`, and the job's
      `relaunch` record in flight and `relaunch_count`.
+  7: a failover record's `alive`: its actors alive as it began, whose deaths before it replaces
+     them are faults of their own (seed 17404).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -166,12 +168,24 @@ def migrate_5_to_6(document: Document) -> Document:
     return out
 
 
+def migrate_6_to_7(document: Document) -> Document:
+    """A failover saved before version 7 says nothing of which actors were alive as it began:
+    none is assumed (their deaths are its own work, as that code judged them)."""
+    out = copy.deepcopy(document)
+    failover: Any = out.get("failover")
+    if isinstance(failover, dict):
+        _fill(failover, {"alive": []})  # pyright: ignore[reportUnknownArgumentType]
+    out["schema_version"] = 7
+    return out
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
     3: migrate_3_to_4,
     4: migrate_4_to_5,
     5: migrate_5_to_6,
+    6: migrate_6_to_7,
 }
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 
