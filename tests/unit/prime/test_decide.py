@@ -36,6 +36,7 @@ from dlu_prime.master.core.commands import (
     SubMasterFailover,
     Then,
 )
+from dlu_prime.master.core.decision import Decision
 from dlu_prime.master.core.events import (
     CarryOn,
     Done,
@@ -48,7 +49,7 @@ from dlu_prime.master.core.events import (
     StopRequested,
     Tick,
 )
-from dlu_prime.master.failover import Recovery
+from dlu_prime.master.failover import Recovery, plan_failover
 from dlu_prime.master.lifecycle import EXIT_FAILED, EXIT_STOPPED, RestartLimitError
 from dlu_prime.master.monitor import Assessment, Failure
 from dlu_prime.master.state import FailoverRecord, JobState
@@ -67,7 +68,7 @@ def _running_state(make_manager: ManagerFactory, **kw: object) -> JobState:
     return manager.state
 
 
-def _pure(state: JobState, event: object) -> object:
+def _pure(state: JobState, event: object) -> Decision:
     before = state.dumps()
     decision = decide(state, event, NOW)  # pyright: ignore[reportArgumentType]
     assert state.dumps() == before, "decide changed the state"
@@ -199,10 +200,15 @@ def test_a_master_rebuilt_in_a_short_lived_stage_counts_and_stops(
     assert stopping and stopping[0].stage is JobStage.STOPPING and "short-lived stage" in stopping[0].reason
 
 
-def _saved(state: JobState, tier: Tier, role: str, actors: list[str], placed: bool) -> JobState:
-    """A failover saved in flight as `_began` saves it; `placed`: its replacements placed since."""
+def _saved(
+    state: JobState, tier: Tier, role: str, actors: list[str], placed: bool, alive: list[str] | None = None
+) -> JobState:
+    """A failover saved in flight as `_began` saves it; `placed`: its replacements placed since;
+    `alive`: its actors alive as it began (a mark, a hang)."""
     state = state.model_copy(deep=True)
-    state.failover = FailoverRecord(tier=tier, role=role, actors=actors, reason="x", started_at=0)
+    state.failover = FailoverRecord(
+        tier=tier, role=role, actors=actors, reason="x", started_at=0, alive=alive or []
+    )
     for name in actors:
         state.actors[name].stage = ActorStage.READY if placed else ActorStage.INIT
     return state
@@ -226,6 +232,82 @@ def test_a_rebuilt_master_looks_at_a_saved_failovers_placed_replacements_first(
     judged = _pure(placed, Done(look.commands[0], dead))
     assert [type(c) for c in judged.changes] == [Observed] and isinstance(judged.follow, PassApplied)
     assert [f.actor for f in judged.follow.observed.assessment.failures] == [E1]
+
+
+def test_a_death_of_an_actor_a_saved_failover_has_yet_to_replace_is_judged_only_if_its_own(
+    make_manager: ManagerFactory,
+) -> None:
+    """Seed 17404: an actor marked unhealthy, its failover saved, then its process killed before
+    the rebuilt PrimeMaster resumed: Ray's rebuild of it is a new fault (the failover's restart
+    kills for good). One the failover began for because it died is not judged again (seed 194),
+    nor one gone on a live node (the dead PrimeMaster may have killed it half way through)."""
+    base = _running_state(make_manager, roles=[elastic_role()])
+    marked = _saved(base, Tier.ROLE, "train", [E1], placed=False, alive=[E1])
+    node = marked.actors[E1].node_id
+    assert node is not None
+    look = _pure(marked, Tick())
+    assert look.commands == (SeeReplaced((E1,), (node,)),)
+    rebuilt = ActorObservation(stage=ActorStage.INIT, node_id=node, reconstructed=True)
+    judged = _pure(marked, Done(look.commands[0], ReplacedSeen({E1: rebuilt}, has_extension=False)))
+    assert isinstance(judged, Decision) and isinstance(judged.follow, PassApplied)
+    (failure,) = judged.follow.observed.assessment.failures
+    assert failure.actor == E1 and failure.kind is FailureKind.RESTARTED and failure.unreplaced
+    gone = ReplacedSeen({E1: ActorObservation.gone("lost")}, has_extension=False)
+    assert [type(c) for c in _pure(marked, Done(look.commands[0], gone)).commands] == [SubMasterFailover]
+    lost = ReplacedSeen(
+        {E1: ActorObservation.gone("lost")}, has_extension=False, dead_nodes=frozenset({node})
+    )
+    judged = _pure(marked, Done(look.commands[0], lost))
+    assert isinstance(judged, Decision) and isinstance(judged.follow, PassApplied)
+    assert [f.kind for f in judged.follow.observed.assessment.failures] == [FailureKind.DIED]
+    died = _saved(base, Tier.ROLE, "train", [E1], placed=False)  # begun for its death
+    assert [type(c) for c in _pure(died, Tick()).commands] == [SubMasterFailover]  # not looked at
+    again = ReplacedSeen({E1: rebuilt}, has_extension=False)
+    assert [type(c) for c in _pure(died, Done(look.commands[0], again)).commands] == [SubMasterFailover]
+
+
+def test_the_failure_of_an_unreplaced_actor_of_its_own_is_counted_not_ignored(
+    make_manager: ManagerFactory,
+) -> None:
+    state = _saved(_running_state(make_manager), Tier.ROLE, "trainer", [T1], placed=False, alive=[T1])
+    failure = Failure(T1, "trainer", FailureKind.RESTARTED, "rebuilt", None)
+    assert plan_failover(state, [failure], has_extension=False).ignored == (failure,)
+    own = Failure(T1, "trainer", FailureKind.RESTARTED, "rebuilt", None, unreplaced=True)
+    plan = plan_failover(state, [own], has_extension=False)
+    assert not plan.ignored and plan.counted == (own,) and plan.recoveries
+
+
+def test_a_job_restart_saved_in_running_only_starts_its_live_actors(make_manager: ManagerFactory) -> None:
+    """Seed 17842: its actors were replaced and passed their checks; replacing them all again
+    would absorb a death since. The live ones are started (the restart ends after), the dead
+    are the next pass's to judge."""
+    base = _running_state(make_manager)
+    state = _saved(base, Tier.JOB, "", list(base.actors), placed=True)
+    state.failover = state.failover.model_copy(update={"role": None}) if state.failover else None
+    look = _pure(state, Tick())
+    assert isinstance(look, Decision) and look.commands == (SeeReplaced(tuple(base.actors)),)
+    seen = {n: ActorObservation(stage=ActorStage.READY, node_id="node-1") for n in base.actors}
+    seen[T1] = ActorObservation.gone("node lost")
+    started = _pure(state, Done(look.commands[0], ReplacedSeen(seen, has_extension=False)))
+    assert isinstance(started, Decision) and len(started.commands) == 1
+    start = started.commands[0]
+    assert isinstance(start, StartActors) and T1 not in start.names and start.names
+    ended = _pure(state, Done(start, None))
+    assert isinstance(ended, Decision) and [type(c) for c in ended.changes] == [FailoverEnded]
+
+
+def test_the_ranks_lost_with_their_sub_masters_node_join_its_recovery(make_manager: ManagerFactory) -> None:
+    """Seed 16919: the SubMaster and ranks of one dead node are one fault, counted once on the
+    SubMaster (a second, counted failover of the role was what broke)."""
+    state = _running_state(make_manager, roles=[elastic_role()])
+    node = state.actors[SUB].node_id
+    mates = [n for n, a in state.actors.items() if a.node_id == node and n != SUB]
+    assert node is not None and mates
+    died = Failure(SUB, "train", FailureKind.DIED, "node lost", node)
+    plan = plan_failover(state, [died], has_extension=False, dead_nodes={node})
+    sub, ranks = plan.recoveries
+    assert sub.tier is Tier.SUB_MASTER and not sub.joined
+    assert ranks.tier is Tier.ROLE and ranks.joined and set(ranks.actors) == set(mates)
 
 
 def test_a_role_failover_taking_a_saved_sub_master_one_along_keeps_its_tier(

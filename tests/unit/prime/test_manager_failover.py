@@ -77,9 +77,11 @@ def test_killed_during_a_role_failover_finishes_it_counted_once(
 
     again = reconstruct(manager, sched, store)
     assert again.state.failover is not None  # still in flight: run() finishes it first
-    # (steps count every poll so far) the next poll is the SubMaster's, asked whether it is the
-    # set-up incarnation before it fails over; the one after, the first pass, sees the end
-    sched.script(*([{}] * (sched.polls + 1)), {"train": ActorStage.FINISH})
+    # (steps count every poll so far) the next poll is the rebuilt PrimeMaster's look at the
+    # saved failover's actor (E1, failed, not a death: its work), then the SubMaster's, asked
+    # whether it is the set-up incarnation before it fails over; the one after, the first
+    # pass, sees the end
+    sched.script(*([{}] * (sched.polls + 2)), {"train": ActorStage.FINISH})
     again.run()
     state = again.state
     assert state.exit_code == EXIT_OK and state.failover is None

@@ -44,10 +44,19 @@ REGRESSIONS = {
     8553: "counted once",
     11945: "counted once",
     # (found by the first version of that fix) a saved SubMaster failover of the MIN:MAX elastic
-    # role whose placed replacement died with its node was judged outside the elastic chain:
-    # the ranks lost with it were a second counted failover. That role's resume is not looked
-    # at (docs/failover.md, still open).
+    # role whose placed replacement died with its node: the ranks lost with it were a second
+    # counted failover of the role. Ranks lost with the node their own SubMaster died with join
+    # the SubMaster's recovery, counted once on it.
     16919: "counted once",
+    # (the gate that spared a saved failover's actors removed) an actor marked unhealthy, its
+    # failover saved, then its process killed before the rebuilt PrimeMaster resumed: the kill
+    # was absorbed uncounted. The saved failover records which of its actors were alive as it
+    # began; Ray's rebuild of one of those (or its loss with a dead node) is a fault of its own.
+    17404: "counted once",
+    # (same) a job-level restart saved in RUNNING (only its start left), then a replacement's
+    # node lost: the rebuilt PrimeMaster replaced every actor again and absorbed the loss. It
+    # starts the live ones and ends the restart; the next pass judges the dead.
+    17842: "counted once",
     # (the 100,000-seed run) a counted own fault, then a resize of its role (a `dlu scale`), then
     # the loss of the node it had happened on, which now held a rank of the new world: the loss
     # forgave it. Only restarts since the role's last resize can be the loss's effect.

@@ -332,6 +332,7 @@ def _began(
         reason=recovery.reason,
         started_at=now,
         culprit=recovery.culprit,
+        alive=[*recovery.alive, *(n for n in widens if waiting is not None and n in waiting.alive)],
     )
     for name in recovery.actors:
         state.actors[name].stage = ActorStage.INIT

@@ -143,8 +143,9 @@ class Executor:
                 return s.dead_nodes(list(nodes)) if nodes else set[str]()
             case FindDeadPeers(peers=peers):
                 return self._dead_peers(peers)
-            case SeeReplaced(names=names):
-                return ReplacedSeen(s.poll(list(names)), self.extension is not None)
+            case SeeReplaced(names=names, nodes=nodes):
+                dead = frozenset(s.dead_nodes(list(nodes))) if nodes else frozenset[str]()
+                return ReplacedSeen(s.poll(list(names)), self.extension is not None, dead)
             case ForgetLiveness():
                 self.callbacks.forget_liveness()
                 return None

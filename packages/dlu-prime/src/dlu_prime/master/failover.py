@@ -34,6 +34,7 @@ class Recovery:
     culprit: str | None = None  # the actor whose failure caused it (the root cause, for the timeline)
     node_id: str | None = None  # the culprit's node
     joined: bool = False  # only actors lost with another role's failed node: that fault's, not counted
+    alive: tuple[str, ...] = ()  # of `actors`, those alive as it began (marked, hung): `FailoverRecord.alive`
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,12 @@ def plan_failover(
     in_flight = _to_replace(state)
     if state.resize is not None:  # being created or stopped by a resize: that resize's
         in_flight |= {*state.resize.added, *state.resize.removed}
-    ignored = [f for f in failures if f.actor in in_flight]
-    current = one_death_per_node(state, _first_per_actor([f for f in failures if f.actor not in in_flight]))
+    held = in_flight - {f.actor for f in failures if f.unreplaced}  # a fault of its own (seed 17404)
+    ignored = [f for f in failures if f.actor in held]
+    current = one_death_per_node(state, _first_per_actor([f for f in failures if f.actor not in held]))
     if not current:
         return FailoverPlan(ignored=tuple(ignored))
-    current += [f for f in node_mates(state, current, gone, dead_nodes) if f.actor not in in_flight]
+    current += [f for f in node_mates(state, current, gone, dead_nodes) if f.actor not in held]
 
     spec = state.spec
     limits = spec.limits
@@ -241,6 +243,9 @@ def _handle(
     if go_global:
         return job_restart(state, first, go_global)
 
+    def _alive(names: Sequence[str]) -> tuple[str, ...]:
+        return tuple(n for n in names if affected[n].kind not in DEATH_KINDS)
+
     recoveries: list[Recovery] = []
     for role in roles:
         role_spec = spec.role(role)
@@ -274,16 +279,39 @@ def _handle(
                 )
             cause = affected[sub[0]]
             recoveries.append(
-                Recovery(Tier.SUB_MASTER, tuple(sub), culprit(cause), role, cause.actor, cause.node_id)
+                Recovery(
+                    Tier.SUB_MASTER,
+                    tuple(sub),
+                    culprit(cause),
+                    role,
+                    cause.actor,
+                    cause.node_id,
+                    alive=_alive(sub),
+                )
             )
-        if workers:
+        if workers and sub and all(affected[n].kind == NODE_LOST for n in workers):
+            # Lost with the node its own SubMaster died with (seed 16919): that death's
+            # recovery, counted on the SubMaster once, not a second failover of the role.
+            root = affected[sub[0]]
+            why = f"lost with node {(root.node_id or '?')[:12]}: {culprit(root)}"
+            ordered = tuple(sorted(workers, key=lambda n: state.actors[n].rank))
+            recoveries.append(Recovery(Tier.ROLE, ordered, why, role, root.actor, root.node_id, joined=True))
+        elif workers:
             over = role_limit_reached(state, role)
             if over is not None:
                 return (), f"{over}; culprit: {culprit(affected[workers[0]])}"
             ordered = sorted(workers, key=lambda n: state.actors[n].rank)
             cause = affected[workers[0]]
             recoveries.append(
-                Recovery(Tier.ROLE, tuple(ordered), culprit(cause), role, cause.actor, cause.node_id)
+                Recovery(
+                    Tier.ROLE,
+                    tuple(ordered),
+                    culprit(cause),
+                    role,
+                    cause.actor,
+                    cause.node_id,
+                    alive=_alive(ordered),
+                )
             )
     return tuple(recoveries), None
 

@@ -23,6 +23,9 @@ class Failure:
     kind: FailureKind
     message: str
     node_id: str | None = None
+    unreplaced: bool = False
+    """A fault of its own of an actor the saved failover in flight has yet to replace, seen by a
+    rebuilt PrimeMaster before resuming it (`failover_chain.replaced_seen`): not the failover's."""
 
 
 @dataclass(frozen=True)

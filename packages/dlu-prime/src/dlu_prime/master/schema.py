@@ -30,6 +30,8 @@ History:
      `relaunch` record in flight and `relaunch_count`.
   7: reused bundles: an actor's `seat` (the bundle of its role's group it was seated in, one a
      relaunched actor left), and a relaunch record's `seat` and `old_seat`.
+  8: a failover record's `alive`: its actors alive as it began, whose deaths before it replaces
+     them are faults of their own (seed 17404).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -181,6 +183,17 @@ def migrate_6_to_7(document: Document) -> Document:
     return out
 
 
+def migrate_7_to_8(document: Document) -> Document:
+    """A failover saved before version 8 says nothing of which actors were alive as it began:
+    none is assumed (their deaths are its own work, as that code judged them)."""
+    out = copy.deepcopy(document)
+    failover: Any = out.get("failover")
+    if isinstance(failover, dict):
+        _fill(failover, {"alive": []})  # pyright: ignore[reportUnknownArgumentType]
+    out["schema_version"] = 8
+    return out
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
@@ -188,6 +201,7 @@ MIGRATIONS: dict[int, Migration] = {
     4: migrate_4_to_5,
     5: migrate_5_to_6,
     6: migrate_6_to_7,
+    7: migrate_7_to_8,
 }
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 

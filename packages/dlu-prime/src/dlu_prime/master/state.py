@@ -124,6 +124,11 @@ class FailoverRecord(BaseModel):
     reason: str
     started_at: float
     culprit: str | None = None
+    alive: list[str] = Field(
+        default_factory=list[str],
+        description="Of `actors`, those alive as it began (marked, hung, failed): a death of one before it is "
+        "replaced is a fault of its own, the others' deaths are the failover's.",
+    )
 
 
 class ResizeRecord(BaseModel):

@@ -147,14 +147,17 @@ class SeeReplaced:
     and counted before the failover goes on; the value is `ReplacedSeen`."""
 
     names: tuple[str, ...]
+    nodes: tuple[str, ...] = ()  # the nodes of the actors it has yet to replace: which Ray marks dead
 
 
 @dataclass(frozen=True)
 class ReplacedSeen:
-    """`SeeReplaced`'s answer: each name's poll, and whether an Extension can relaunch nodes."""
+    """`SeeReplaced`'s answer: each name's poll, whether an Extension can relaunch nodes, and
+    which of the nodes asked about Ray marks dead."""
 
     observations: Mapping[str, ActorObservation]
     has_extension: bool
+    dead_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from dlu_prime.master.core.commands import (
 from dlu_prime.master.core.decision import Decision, stage_change, stopping
 from dlu_prime.master.core.events import CarryOn, Done, PassApplied, PassObserved, RecoveryFailed
 from dlu_prime.master.core.setup_retry import retry_setup
-from dlu_prime.master.elastic_policy import elastic_roles
 from dlu_prime.master.failover import Recovery, job_restart
 from dlu_prime.master.lifecycle import EXIT_FAILED, gone, start_targets
 from dlu_prime.master.monitor import Assessment, Failure, assess
@@ -77,39 +76,87 @@ def resume(state: JobState) -> Decision:
 
 
 def resume_saved(state: JobState) -> Decision:
-    """A rebuilt PrimeMaster's saved recovery in flight. The replacements the dead one had
-    already placed are looked at first (`SeeReplaced`): replacing one again from the first step
-    would absorb, uncounted, a death it met in between (its new node lost, its process killed).
-    An actor not replaced yet is not: its death is not told from the dead one's own restart."""
+    """A rebuilt PrimeMaster's saved recovery in flight. Its actors are looked at first
+    (`SeeReplaced`): replacing one again from the first step would absorb, uncounted, a death it
+    met in between (a placed replacement's node lost, an actor not replaced yet killed)."""
     record = state.failover
     if record is None or state.stage is not JobStage.RUNNING:
         return Decision()
-    shrinks = {r.name for r in elastic_roles(state)}  # node losses the elastic chain judges
-    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER) or record.role in shrinks:
-        return resume(state)  # open: a job restart's, a MIN:MAX elastic role's (unlooked-at)
-    placed = tuple(
-        n for n in record.actors if n in state.actors and state.actors[n].stage is not ActorStage.INIT
-    )
-    if placed:
-        return Decision((), (SeeReplaced(placed),))
+    actors = state.actors
+    if record.tier is Tier.JOB:
+        names = tuple(n for n in record.actors if n in actors)
+        return Decision((), (SeeReplaced(names),)) if names else resume(state)
+    if record.tier not in (Tier.ROLE, Tier.SUB_MASTER):
+        return resume(state)
+    unreplaced = [n for n in record.alive if n in actors and actors[n].stage is ActorStage.INIT]
+    placed = [n for n in record.actors if n in actors and actors[n].stage is not ActorStage.INIT]
+    if placed or unreplaced:  # else nothing to look at: the failover is all still to do
+        nodes = sorted({node for n in unreplaced if (node := actors[n].node_id) is not None})
+        return Decision((), (SeeReplaced((*placed, *unreplaced), tuple(nodes)),))
     return resume(state)
 
 
 def replaced_seen(state: JobState, done: Done, now: float) -> Decision:
-    """The placed replacements as the rebuilt PrimeMaster found them: all alive, the failover
-    goes on from its first step; one that failed since is judged as a pass judges a failure
-    (its event, its count on its culprit and node, the limits), and its recovery takes the saved
-    failover's other actors along (`begin`)."""
+    """The saved failover's actors as the rebuilt PrimeMaster found them. A job-level restart
+    saved in RUNNING has only its start left (`_job_restart_left`). Otherwise, all alive: the
+    failover goes on from its first step; one that failed since is judged as a pass judges a
+    failure (its event, its count on its culprit and node, the limits), and its recovery takes
+    the saved failover's other actors along (`begin`): a placed replacement that failed, or an
+    actor not replaced yet that died of a fault of its own (`_unreplaced_deaths`)."""
     seen = done.value
+    record = state.failover
+    if record is None or state.stage is not JobStage.RUNNING:
+        return Decision()
     if done.error is not None or not isinstance(seen, ReplacedSeen):
         return resume(state)  # no view: as before, the failover replaces them all
-    judged = assess(state, seen.observations, now)
-    if not judged.failures:
+    if record.tier is Tier.JOB:
+        return _job_restart_left(state, seen, now)
+    actors = state.actors
+    placed = {
+        n: o for n, o in seen.observations.items() if n in actors and actors[n].stage is not ActorStage.INIT
+    }
+    judged = assess(state, placed, now)
+    failures = (*judged.failures, *_unreplaced_deaths(state, seen))
+    if not failures:
         return resume(state)
-    found = Assessment(failures=judged.failures, errors_seen=judged.errors_seen)
+    found = Assessment(failures=failures, errors_seen=judged.errors_seen)
     lost = frozenset(n for n, o in seen.observations.items() if gone(o) or o.unavailable)
     observed = PassObserved(found, lost, seen.has_extension)
     return Decision((Observed(found),), follow=PassApplied(observed))
+
+
+def _unreplaced_deaths(state: JobState, seen: ReplacedSeen) -> list[Failure]:
+    """Faults of their own of the actors the saved failover has yet to replace (seed 17404):
+    deaths the dead predecessor cannot have caused, of actors alive when it began (`alive`: the
+    fault a mark, an error, a hang; one it began for because it died is not judged again, seed
+    194: Ray's rebuild of it is that death). The failover's restart kills an actor for good, so
+    one Ray reconstructed died on its own; one gone did so if Ray marks its node dead (else the
+    dead PrimeMaster may have killed it half way through its restart: the failover's)."""
+    record = state.failover
+    out: list[Failure] = []
+    for name in record.alive if record is not None else ():
+        actor, observed = state.actors.get(name), seen.observations.get(name)
+        if actor is None or observed is None or actor.stage is not ActorStage.INIT or observed.unavailable:
+            continue
+        node = actor.node_id or observed.node_id
+        if observed.reconstructed and observed.stage is ActorStage.INIT:
+            why = "actor process died before its failover replaced it; Ray reconstructed it"
+            out.append(Failure(name, actor.role, FailureKind.RESTARTED, why, node, unreplaced=True))
+        elif observed.stage is None and node in seen.dead_nodes:
+            why = f"{observed.error or 'actor died'} (before its failover replaced it)"
+            out.append(Failure(name, actor.role, FailureKind.DIED, why, node, unreplaced=True))
+    return out
+
+
+def _job_restart_left(state: JobState, seen: ReplacedSeen, now: float) -> Decision:
+    """A job-level restart saved in RUNNING (seed 17842): its actors were replaced and passed
+    their checks (READY -> RUNNING is saved with its last step), so only their start is left,
+    which a rebuilt PrimeMaster leaves to the failover (`unstarted`). Replacing every actor
+    again would absorb, uncounted, a death since (a replacement's node lost): the live ones
+    are started and the restart ends; the dead are the next pass's to judge, as any death."""
+    dead = {f.actor for f in assess(state, seen.observations, now).failures}
+    targets = tuple(n for n in start_targets(state) if n not in dead)
+    return Decision((), (StartActors(targets, Purpose.FAILOVER, Then()),))
 
 
 def carry_on(state: JobState, then: Then) -> Decision:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dlu_api.status import JobStage
-from dlu_api.vocabulary import ActorStage, InPlaceVerdict, Tier
+from dlu_api.vocabulary import ActorStage, InPlaceVerdict
 from dlu_prime.master.lifecycle import FencedError, ResumeError
 from dlu_prime.master.manager import PrimeManager
 from dlu_prime.master.resize import ScaleError
@@ -270,23 +270,10 @@ class Run:
         if state.stage is not JobStage.RUNNING and kind not in (Kind.STORE_SLOW, Kind.NOTHING):
             return
         busy = set(state.resize.added) | set(state.resize.removed) if state.resize else set[str]()
-        if state.failover is not None:
-            # A failover's replacements already placed, of the simple role's role failover, are
-            # not spared: a death of one before a rebuilt PrimeMaster resumes it is a new fault
-            # (seeds 8553, 11945), as one of the other actors is (seed 194). KNOWN ISSUE (open):
-            # its other actors are (an actor not replaced yet: seed 17404; a job restart saved
-            # in RUNNING: 17842; the elastic role's: 16919, without this gate).
-            failover = state.failover
-            busy |= {
-                n
-                for n in failover.actors
-                if not (
-                    failover.tier is Tier.ROLE
-                    and failover.role == SIMPLE
-                    and n in state.actors
-                    and state.actors[n].stage is not ActorStage.INIT
-                )
-            }
+        # A failover's actors are never spared: a death of one between a PrimeMaster's death and
+        # the rebuilt one's resume is a new fault, whether a placed replacement's (seeds 8553,
+        # 11945), one not replaced yet (17404), a job restart's saved in RUNNING (17842) or the
+        # elastic role's SubMaster's (16919); so is one of the other actors (seed 194).
         running = [
             n
             for n, s in self.cluster.stages.items()
