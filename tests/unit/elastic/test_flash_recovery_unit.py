@@ -257,3 +257,18 @@ def test_a_sharded_state_is_not_resharded_and_the_report_says_so(
     report = (folder / REPORT_FILE).read_text()
     assert "nothing (step 2 was saved sharded over 2 ranks and the world has 1" in report, report
     assert '"lost_steps": 3' in report
+
+
+def test_the_reaper_holds_its_lock_once_started(tmp_path: Path) -> None:
+    """Seen in CI on a loaded host: an agent SIGKILLed right after start_reaper returned left a
+    folder no reaper kept yet (the reaper's process took its lock after its fork, when it was
+    next scheduled), and a sweep removed the checkpoint meant for the replacement. The lock is
+    now taken before the fork. Started many times so that a late child shows."""
+    for n in range(20):
+        folder = tmp_path / f"dlu-ckpt.{n}.job.job.trainer.0"
+        folder.mkdir()
+        end = shm.start_reaper(folder, grace=0)
+        try:
+            assert shm._kept_by_reaper(folder), n  # pyright: ignore[reportPrivateUsage]  # at once
+        finally:
+            shm.end_reaper(end)

@@ -220,12 +220,14 @@ def remove(folder: Path) -> None:
 # so), then removes it unless an adopter renamed it away: /dev/shm keeps nothing of a job.
 _REAPER = """
 import fcntl, os, shutil, sys, time
+folder, grace = sys.argv[1], float(sys.argv[2])
+# the lock is taken before the fork, so it is held once start_reaper returns (the child shares
+# the locked open file): an agent killed right after its start leaves a folder its reaper keeps
+lock = os.open(os.path.join(folder, ".reaper.lock"), os.O_RDONLY | os.O_CREAT, 0o600)
+fcntl.flock(lock, fcntl.LOCK_SH)
 if os.fork():
     os._exit(0)
 os.setsid()
-folder, grace = sys.argv[1], float(sys.argv[2])
-lock = os.open(os.path.join(folder, ".reaper.lock"), os.O_RDONLY | os.O_CREAT, 0o600)
-fcntl.flock(lock, fcntl.LOCK_SH)
 said = b""
 while True:
     chunk = os.read(0, 65536)
@@ -264,7 +266,7 @@ def start_reaper(folder: Path, grace: float | None = None) -> int:
             stderr=subprocess.DEVNULL,
             close_fds=True,
         )
-        proc.wait()  # the intermediate exits at once; its child reaps
+        proc.wait()  # the intermediate exits once the lock is held; its child reaps
     finally:
         os.close(read_end)
     return write_end
