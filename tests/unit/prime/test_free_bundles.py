@@ -18,6 +18,7 @@ from dlu_prime.master.changes import apply_change
 from dlu_prime.master.core import Decision, decide, memory_chain
 from dlu_prime.master.core.commands import AddActors, SetSeats
 from dlu_prime.master.core.events import ResizeDue, ScaleRequested
+from dlu_prime.master.job_status import job_status
 from dlu_prime.master.lifecycle import new_state
 from dlu_prime.master.relaunch import RelaunchEnded
 from dlu_prime.master.state import JobState
@@ -74,7 +75,7 @@ def test_a_relaunch_leaves_its_bundle_free_and_the_status_says_so() -> None:
     kinds = [(e.kind, e.message) for e in state.events[-2:]]
     free = "bundle 1 of group prep free, CPU 0.5, memory 512 MiB reserved unused"
     assert kinds[-1] == (EventKind.BUNDLE_FREE, free)
-    assert state.to_status().free_bundles == [free]
+    assert job_status(state).free_bundles == [free]
     _relaunch(state, "lm.prep.0", 768 * MiB)  # the last actor of the group leaves: given back
     assert state.events[-1].message == "placement group prep given back: no actor of the job is left in it"
     assert free_bundles(state) == []
@@ -218,7 +219,7 @@ def test_a_seated_rank_relaunched_again_frees_its_seat_and_the_status_lists_it()
     assert SetSeats({"lm.prep.2": None}) in began.commands and state.actors["lm.prep.2"].seat is None
     free = "bundle 1 of group prep free, CPU 0.5, memory 512 MiB reserved unused"
     assert (state.events[-1].kind, state.events[-1].message) == (EventKind.BUNDLE_FREE, free)
-    assert f"  {free}" in statistics_lines(state.to_status())
+    assert f"  {free}" in statistics_lines(job_status(state))
 
 
 def test_in_a_collocation_a_relaunch_takes_the_share_its_bundle_mate_left() -> None:

@@ -20,6 +20,7 @@ from dlu_prime.master.core.commands import Purpose, ReplaceActors, SetMemory, St
 from dlu_prime.master.core.decision import Decision
 from dlu_prime.master.core.events import Done, RestartRequested
 from dlu_prime.master.core.requests import restart_requested
+from dlu_prime.master.job_status import job_status
 from dlu_prime.master.manager import new_state
 from dlu_prime.master.relaunch import RelaunchBegan, RelaunchEnded, RelaunchFailed
 from dlu_prime.master.state import JobState
@@ -191,7 +192,7 @@ def test_the_chain_saves_the_override_then_replaces_and_starts_the_actor_countin
     assert state.relaunch is None and state.relaunch_count == 1
     assert state.events[-2].message == "lm.prep.1 relaunched with 1.5 GiB in 1.50s"
     free = "bundle 1 of group prep free, CPU 0.5, memory 1 GiB reserved unused"  # lm.prep.0 keeps the group
-    assert state.events[-1].message == free and state.to_status().free_bundles == [free]
+    assert state.events[-1].message == free and job_status(state).free_bundles == [free]
     assert state.actors["lm.prep.1"].restart_count == 0 and state.roles["prep"].restart_count == 0
 
 

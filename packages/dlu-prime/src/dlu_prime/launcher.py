@@ -22,6 +22,7 @@ from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus
 from dlu_prime import preflight as checks
 from dlu_prime.master.actor import PrimeMaster
+from dlu_prime.master.job_status import job_status as stored_job_status
 from dlu_prime.master.lost import close_lost_job
 from dlu_prime.master.schema import SchemaVersionError, refuse_newer
 from dlu_prime.master.state import MAX_EVENTS, JobState
@@ -83,7 +84,7 @@ def stored_status(job: str, store_name: str, options: dict[str, Any]) -> JobStat
     if stored is None:
         return None
     try:
-        return JobState.loads(stored.data).to_status()
+        return stored_job_status(JobState.loads(stored.data))
     except ValueError:
         return None
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from dlu_api.status import JobStage, JobStatus
 from dlu_api.vocabulary import EventKind, Tier
+from dlu_prime.master.job_status import job_status
 from dlu_prime.master.state import JobState, close_actors
 from dlu_prime.state.base import StateConflictError, StateStore, StateStoreError
 
@@ -73,7 +74,7 @@ def _close(
             return None
         state = JobState.loads(stored.data)
         if state.stage is JobStage.STOPPED:
-            return state.to_status()
+            return job_status(state)
         reason = reason_of(state)
         before = state.stage
         state.stage = JobStage.STOPPED
@@ -86,10 +87,10 @@ def _close(
         state.record(EventKind.STAGE, f"{before.value} -> STOPPED: {reason}", at=now)
         state.updated_at = now
         store.put(job, state.dumps(), stored.token)
-        return state.to_status()
+        return job_status(state)
     except StateConflictError:
         found = store.get(job)
-        return JobState.loads(found.data).to_status() if found is not None else None
+        return job_status(JobState.loads(found.data)) if found is not None else None
     except StateStoreError as exc:
         logger.warning("job %s: could not record its end (%s): %s", job, kind, exc)
         return None

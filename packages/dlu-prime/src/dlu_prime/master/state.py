@@ -321,7 +321,8 @@ class JobState(BaseModel):
 
     def to_status(self, events: int = 50, events_after: int | None = None) -> JobStatus:
         """The job's status with its last `events` events, or, given `events_after`, every
-        retained event past that position (a client's cursor: none is skipped however many)."""
+        retained event past that position (a client's cursor: none is skipped however many).
+        Its free bundles are `master.job_status`'s to add."""
         roles: list[RoleStatus] = []
         for spec_role in self.spec.roles:
             record = self.roles.get(spec_role.name)
@@ -382,7 +383,6 @@ class JobState(BaseModel):
             first_failure=self.first_failure,
             run_id=self.run_id,
             log_dir=self.spec.logs.dir,
-            free_bundles=[b.text() for b in _free_bundles(self)],
         )
 
     def _events(self, tail: int, after: int | None) -> list[JobEvent]:
@@ -404,10 +404,3 @@ class JobState(BaseModel):
         raw: Any = json.loads(data)
         document: dict[str, Any] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
         return cls.model_validate(upgrade(document))
-
-
-def _free_bundles(state: JobState) -> list[Any]:
-    """`master.bundles.free_bundles` (imported here: that module builds on this one)."""
-    from dlu_prime.master.bundles import free_bundles
-
-    return list(free_bundles(state))

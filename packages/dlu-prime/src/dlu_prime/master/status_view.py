@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from dlu_api.status import JobStatus
+from dlu_prime.master.job_status import job_status
 from dlu_prime.master.liveness import Liveness
 from dlu_prime.master.persistence import StateWriter
 from dlu_prime.master.state import JobState
@@ -29,7 +30,7 @@ def live_status(
     while not locked and not writer.writing:
         locked = lock.acquire(timeout=STATUS_LOCK_WAIT_S)
     try:
-        status = state.to_status(events, events_after)
+        status = job_status(state, events, events_after)
         steps = liveness.last_steps()
         metrics = liveness.last_metrics()
     finally:
