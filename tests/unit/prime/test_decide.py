@@ -219,8 +219,14 @@ def test_a_rebuilt_master_looks_at_a_saved_failovers_placed_replacements_first(
 ) -> None:
     base = _running_state(make_manager, roles=[elastic_role()])
     unplaced = _saved(base, Tier.ROLE, "train", [E1], placed=False)
-    first = _pure(unplaced, Tick())
-    assert [type(c) for c in first.commands] == [SubMasterFailover]  # nothing to look at
+    node = unplaced.actors[E1].node_id
+    assert node is not None
+    first = _pure(unplaced, Tick())  # looked at too: the dead one may have placed it, unsaved
+    assert first.commands == (SeeReplaced((E1,), (node,)),)
+    where_it_died = ReplacedSeen({E1: ActorObservation.gone("lost", node)}, False, frozenset({node}))
+    assert [type(c) for c in _pure(unplaced, Done(first.commands[0], where_it_died)).commands] == [
+        SubMasterFailover
+    ]
     placed = _saved(base, Tier.ROLE, "train", [E1], placed=True)
     look = _pure(placed, Tick())
     assert look.commands == (SeeReplaced((E1,)),)
@@ -261,9 +267,78 @@ def test_a_death_of_an_actor_a_saved_failover_has_yet_to_replace_is_judged_only_
     assert isinstance(judged, Decision) and isinstance(judged.follow, PassApplied)
     assert [f.kind for f in judged.follow.observed.assessment.failures] == [FailureKind.DIED]
     died = _saved(base, Tier.ROLE, "train", [E1], placed=False)  # begun for its death
-    assert [type(c) for c in _pure(died, Tick()).commands] == [SubMasterFailover]  # not looked at
-    again = ReplacedSeen({E1: rebuilt}, has_extension=False)
+    assert _pure(died, Tick()).commands == (SeeReplaced((E1,), (node,)),)
+    again = ReplacedSeen({E1: rebuilt}, has_extension=False)  # not judged again
     assert [type(c) for c in _pure(died, Done(look.commands[0], again)).commands] == [SubMasterFailover]
+
+
+def test_a_replacement_the_dead_master_placed_unsaved_and_lost_with_its_node_is_counted(
+    make_manager: ManagerFactory,
+) -> None:
+    """Seed 22974: a failover begun for a death (its actor saved where it died), the dead
+    PrimeMaster's replacement placed but not saved, then lost with its node before the resume:
+    gone from another node Ray marks dead, it is a fault of its own, counted on it and there.
+    Gone where it died is the death the failover began for; from a live node, not a loss."""
+    base = _running_state(make_manager, roles=[elastic_role()])
+    died = _saved(base, Tier.ROLE, "train", [E1], placed=False)
+    node = died.actors[E1].node_id
+    assert node is not None
+    look = _pure(died, Tick())
+    assert look.commands == (SeeReplaced((E1,), (node,)),)
+    gone_elsewhere = ActorObservation.gone("node lost", "node-new")
+    lost = ReplacedSeen({E1: gone_elsewhere}, False, frozenset({node, "node-new"}))
+    judged = _pure(died, Done(look.commands[0], lost))
+    assert isinstance(judged, Decision) and isinstance(judged.follow, PassApplied)
+    (failure,) = judged.follow.observed.assessment.failures
+    assert (failure.actor, failure.kind, failure.node_id) == (E1, FailureKind.DIED, "node-new")
+    assert failure.unreplaced
+    for not_a_new_loss in (
+        ReplacedSeen({E1: ActorObservation.gone("lost", node)}, False, frozenset({node, "node-new"})),
+        ReplacedSeen({E1: gone_elsewhere}, False, frozenset({node})),  # its node is alive
+        ReplacedSeen({E1: ActorObservation.gone("lost")}, False, frozenset({node})),  # nowhere known
+    ):
+        resumed = _pure(died, Done(look.commands[0], not_a_new_loss))
+        assert [type(c) for c in resumed.commands] == [SubMasterFailover], not_a_new_loss
+
+
+class _Gone:
+    """A scheduler where one actor is gone (its poll knows no node), Ray's record of it says
+    where it last ran, and that node is dead."""
+
+    def __init__(self) -> None:
+        self.asked_dead: list[list[str]] = []
+        self.asked_last: list[list[str]] = []
+
+    def poll(self, names: list[str]) -> dict[str, ActorObservation]:
+        return {
+            E0: ActorObservation(stage=ActorStage.RUNNING, node_id="n0"),
+            E1: ActorObservation.gone("died"),
+        }
+
+    def last_nodes(self, names: list[str]) -> dict[str, str]:
+        self.asked_last.append(list(names))
+        return {E1: "node-new"}
+
+    def dead_nodes(self, nodes: list[str]) -> set[str]:
+        self.asked_dead.append(list(nodes))
+        return {"node-new"} & set(nodes)
+
+
+def test_the_executor_tells_where_a_gone_actor_of_a_saved_failover_last_ran() -> None:
+    from typing import Any, cast
+
+    from dlu_prime.master.executor import Callbacks, Executor
+    from dlu_prime.scheduler.base import Scheduler
+
+    scheduler = _Gone()
+    callbacks = Callbacks(lambda: None, lambda reason, failed: None, lambda: None, lambda: [])
+    executor = Executor(cast(Scheduler, cast(Any, scheduler)), callbacks)
+    done = executor.run(SeeReplaced((E0, E1), ("n1",)))
+    seen = done.value
+    assert isinstance(seen, ReplacedSeen) and done.error is None
+    assert scheduler.asked_last == [[E1]]  # only the gone one
+    assert seen.observations[E1].node_id == "node-new" and seen.observations[E0].node_id == "n0"
+    assert scheduler.asked_dead == [["n1", "node-new"]] and seen.dead_nodes == {"node-new"}
 
 
 def test_the_failure_of_an_unreplaced_actor_of_its_own_is_counted_not_ignored(

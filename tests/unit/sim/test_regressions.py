@@ -62,6 +62,12 @@ REGRESSIONS = {
     # forgave it. Only restarts since the role's last resize can be the loss's effect.
     45861: "counted once",
     78917: "counted once",
+    # (seeds 20000-29999) a data actor lost with its node, its role failover saved, the
+    # PrimeMaster killed inside the write of the replacement it had placed; that replacement
+    # then lost with its own node before the resume: the resume replaced it once and the second
+    # loss counted 0 times. A gone actor carries the node it last ran on (Ray's record of it):
+    # gone from another node than the one saved, a dead one, it is a new loss, counted on it.
+    22974: "counted once",
 }
 
 

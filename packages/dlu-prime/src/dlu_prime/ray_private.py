@@ -24,7 +24,7 @@ import ipaddress
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -96,6 +96,10 @@ SYMBOLS: dict[str, Private] = {
         "ray._private.worker", "print_to_stdstream", ("data", "ignore_prefix"),
         fallback="a quiet `dlu run` shows the raylet's messages (e.g. \"A worker died\")",
     ),
+    "actor_table": Private(
+        "ray._private.state", "state.actor_table", ("actor_id", "actor_state_name"),
+        fallback="a rebuilt PrimeMaster cannot tell where a gone actor last ran (the death of a replacement its predecessor placed, unsaved, is taken for the one its failover began for)",
+    ),
     "actor_restarted": Private(
         "ray.runtime_context", "RuntimeContext.was_current_actor_reconstructed", kind="property",
         fallback="an actor restarted by Ray is taken for a fresh one",
@@ -107,6 +111,7 @@ SYMBOLS: dict[str, Private] = {
 DEFAULT_WORKER_MODULE = SYMBOLS["default_worker"].module
 JOB_ENV = "RAY_JOB_ID"
 NIL_JOB = "ffffffff"
+_NIL_NODE = "f" * 56  # an actor that never got a node
 # Ray's worker script, for the worker entry where DLU cannot be imported (set while Ray starts).
 DEFAULT_WORKER_ENV = "DLU_RAY_DEFAULT_WORKER"
 
@@ -369,6 +374,31 @@ def kv_delete(key: str, namespace: str | None, *, by_prefix: bool = False) -> No
 
 def kv_keys(prefix: str, namespace: str | None) -> list[bytes]:
     return list(_get("kv_list")(prefix, namespace=namespace))
+
+
+def dead_actor_nodes(names: Sequence[str]) -> dict[str, str]:
+    """The node each named actor Ray records as dead last ran on, the one that ended last
+    where a name had several incarnations; names Ray has no dead actor of are left out. The
+    GCS's actor table (public only through `ray.util.state`, which needs the API server a
+    local head leaves out), asked once for every dead actor: a rebuilt PrimeMaster asks it
+    when it resumes a saved failover, not in every pass."""
+    wanted = set(names)
+    if not wanted or not available("actor_table"):
+        return {}
+    try:
+        table = _get("actor_table")(actor_id=None, actor_state_name="DEAD")
+    except Exception as exc:  # the GCS unreachable, or a table of another shape
+        logger.warning("cannot read Ray's table of dead actors (%s); where they ran is unknown", exc)
+        return {}
+    latest: dict[str, tuple[float, str]] = {}
+    for info in table.values() if isinstance(table, dict) else ():
+        name, node = info.get("Name"), (info.get("Address") or {}).get("NodeID")
+        if name not in wanted or not node or node == _NIL_NODE:
+            continue
+        ended = float(info.get("EndTime") or 0)
+        if name not in latest or ended >= latest[name][0]:
+            latest[name] = (ended, node)
+    return {name: node for name, (_, node) in latest.items()}
 
 
 def actor_was_restarted() -> bool:

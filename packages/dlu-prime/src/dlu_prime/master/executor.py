@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlu_prime.extension import Extension
@@ -144,8 +144,7 @@ class Executor:
             case FindDeadPeers(peers=peers):
                 return self._dead_peers(peers)
             case SeeReplaced(names=names, nodes=nodes):
-                dead = frozenset(s.dead_nodes(list(nodes))) if nodes else frozenset[str]()
-                return ReplacedSeen(s.poll(list(names)), self.extension is not None, dead)
+                return self._see_replaced(names, nodes)
             case ForgetLiveness():
                 self.callbacks.forget_liveness()
                 return None
@@ -222,6 +221,23 @@ class Executor:
         if seen is None or gone(seen) or seen.unavailable:
             error = (seen.error if seen is not None else None) or "not answering"
             raise SubMasterAway(f"its SubMaster {sub} is dead or being rebuilt by Ray ({error})")
+
+    def _see_replaced(self, names: tuple[str, ...], nodes: tuple[str, ...]) -> ReplacedSeen:
+        """The poll of a saved failover's actors; a gone one carries where it last ran, and the
+        nodes asked of Ray are the given ones and those (`failover_chain` tells by them whether
+        the dead PrimeMaster had placed a replacement that died since)."""
+        s = self.scheduler
+        polled = dict(s.poll(list(names)))
+        gone_now = [
+            n for n, o in polled.items() if o.stage is None and not o.unavailable and o.node_id is None
+        ]
+        for name, node in (s.last_nodes(gone_now) if gone_now else {}).items():
+            if name in polled:
+                polled[name] = replace(polled[name], node_id=node)
+        ran_on = {o.node_id for o in polled.values() if o.stage is None and o.node_id is not None}
+        asked = sorted({*nodes, *ran_on})
+        dead = frozenset(s.dead_nodes(asked)) if asked else frozenset[str]()
+        return ReplacedSeen(polled, self.extension is not None, dead)
 
     def _dead_peers(self, peers: dict[str, str | None] | Any) -> list[str]:
         """Peers on a node Ray marks dead are dead: asking them would wait out the poll timeout

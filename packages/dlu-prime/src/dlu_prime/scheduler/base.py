@@ -30,7 +30,8 @@ class ActorSetupError(Exception):
 
 @dataclass(frozen=True)
 class ActorObservation:
-    """One poll of one actor. `stage is None` means the actor is gone (dead or unreachable)."""
+    """One poll of one actor. `stage is None` means the actor is gone (dead or unreachable);
+    its `node_id` is then where it last ran, where known (`Scheduler.last_nodes`)."""
 
     stage: ActorStage | None
     error: str | None = None
@@ -50,8 +51,8 @@ class ActorObservation:
     node_memory_bytes: int | None = None  # what the actor's node holds (psutil), a memory relaunch's bound
 
     @staticmethod
-    def gone(error: str) -> ActorObservation:
-        return ActorObservation(stage=None, error=error)
+    def gone(error: str, node_id: str | None = None) -> ActorObservation:
+        return ActorObservation(stage=None, error=error, node_id=node_id)
 
     @staticmethod
     def restarting(error: str) -> ActorObservation:
@@ -156,6 +157,12 @@ class Scheduler(ABC):
     def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
         """Which of these nodes the cluster has marked dead (a scheduler that cannot tell: none)."""
         return set()
+
+    def last_nodes(self, names: Sequence[str]) -> dict[str, str]:
+        """Where each of these gone actors last ran, as far as the cluster still records it: a
+        rebuilt PrimeMaster tells a replacement its predecessor placed, unsaved, from the death
+        its failover began for (a scheduler that cannot tell: none)."""
+        return {}
 
     def add_actors(self, role: str, ranks: Sequence[int], world_size: int) -> dict[str, str | None]:
         """Create (or adopt, by name) these new actors of a resized simple role and run their

@@ -19,7 +19,7 @@ from ray.util import placement_group_table
 from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group
 
 from dlu_api.spec.models import JobSpec
-from dlu_prime import naming
+from dlu_prime import naming, ray_private
 from dlu_prime.naming import NAMESPACE, sub_master_name
 from dlu_prime.roles import sub_master_path
 from dlu_prime.scheduler.base import ActorObservation, ActorSetupError, Scheduler, SchedulingError
@@ -381,6 +381,9 @@ class RayScheduler(Scheduler):
 
     def dead_nodes(self, node_ids: Sequence[str]) -> set[str]:
         return dead_nodes(node_ids)
+
+    def last_nodes(self, names: Sequence[str]) -> dict[str, str]:
+        return ray_private.dead_actor_nodes(names)
 
     def stop(self, names: Sequence[str]) -> None:
         refs: list[Any] = []

@@ -81,6 +81,11 @@ class SimScheduler(Scheduler):
         self.stages[name] = None
         self._seen[name] = ActorObservation.gone(error)
 
+    def last_nodes(self, names: Sequence[str]) -> dict[str, str]:
+        return {
+            n: node for n in names if self.stages.get(n) is None and (node := self.nodes.get(n)) is not None
+        }
+
     def fail(self, name: str, error: str = "failed (simulated)") -> None:
         self.stages[name] = ActorStage.FAILED
         self._seen[name] = ActorObservation(ActorStage.FAILED, error=error, node_id=self.nodes[name])

@@ -88,7 +88,7 @@ def resume_saved(state: JobState) -> Decision:
         return Decision((), (SeeReplaced(names),)) if names else resume(state)
     if record.tier not in (Tier.ROLE, Tier.SUB_MASTER):
         return resume(state)
-    unreplaced = [n for n in record.alive if n in actors and actors[n].stage is ActorStage.INIT]
+    unreplaced = [n for n in record.actors if n in actors and actors[n].stage is ActorStage.INIT]
     placed = [n for n in record.actors if n in actors and actors[n].stage is not ActorStage.INIT]
     if placed or unreplaced:  # else nothing to look at: the failover is all still to do
         nodes = sorted({node for n in unreplaced if (node := actors[n].node_id) is not None})
@@ -116,7 +116,7 @@ def replaced_seen(state: JobState, done: Done, now: float) -> Decision:
         n: o for n, o in seen.observations.items() if n in actors and actors[n].stage is not ActorStage.INIT
     }
     judged = assess(state, placed, now)
-    failures = (*judged.failures, *_unreplaced_deaths(state, seen))
+    failures = (*judged.failures, *_unreplaced_deaths(state, seen), *_unsaved_replacement_deaths(state, seen))
     if not failures:
         return resume(state)
     found = Assessment(failures=failures, errors_seen=judged.errors_seen)
@@ -145,6 +145,29 @@ def _unreplaced_deaths(state: JobState, seen: ReplacedSeen) -> list[Failure]:
         elif observed.stage is None and node in seen.dead_nodes:
             why = f"{observed.error or 'actor died'} (before its failover replaced it)"
             out.append(Failure(name, actor.role, FailureKind.DIED, why, node, unreplaced=True))
+    return out
+
+
+def _unsaved_replacement_deaths(state: JobState, seen: ReplacedSeen) -> list[Failure]:
+    """Deaths of replacements the dead predecessor placed but did not save (seed 22974): the
+    saved failover began for a death, so its actor is saved where that death was. Gone since
+    from another node, one Ray marks dead, it is a replacement (nothing else runs that name
+    there) lost with that node: a fault of its own, counted on it. Gone where it died is the
+    death the failover began for (one never replaced, or replaced on the same node: not told
+    apart, so not counted twice)."""
+    record = state.failover
+    if record is None:
+        return []
+    out: list[Failure] = []
+    for name in record.actors:
+        actor, observed = state.actors.get(name), seen.observations.get(name)
+        if name in record.alive or actor is None or observed is None or actor.stage is not ActorStage.INIT:
+            continue
+        ran_on = observed.node_id
+        gone_for_good = observed.stage is None and not observed.unavailable
+        if gone_for_good and ran_on is not None and ran_on != actor.node_id and ran_on in seen.dead_nodes:
+            why = f"its replacement was lost with node {ran_on} (before its failover was resumed)"
+            out.append(Failure(name, actor.role, FailureKind.DIED, why, ran_on, unreplaced=True))
     return out
 
 
