@@ -201,13 +201,25 @@ def test_a_master_rebuilt_in_a_short_lived_stage_counts_and_stops(
 
 
 def _saved(
-    state: JobState, tier: Tier, role: str, actors: list[str], placed: bool, alive: list[str] | None = None
+    state: JobState,
+    tier: Tier,
+    role: str,
+    actors: list[str],
+    placed: bool,
+    alive: list[str] | None = None,
+    rebuilt: list[str] | None = None,
 ) -> JobState:
     """A failover saved in flight as `_began` saves it; `placed`: its replacements placed since;
-    `alive`: its actors alive as it began (a mark, a hang)."""
+    `alive`: its actors alive as it began (a mark, a hang); `rebuilt`: those Ray rebuilt."""
     state = state.model_copy(deep=True)
     state.failover = FailoverRecord(
-        tier=tier, role=role, actors=actors, reason="x", started_at=0, alive=alive or []
+        tier=tier,
+        role=role,
+        actors=actors,
+        reason="x",
+        started_at=0,
+        alive=alive or [],
+        rebuilt=rebuilt or [],
     )
     for name in actors:
         state.actors[name].stage = ActorStage.READY if placed else ActorStage.INIT
@@ -299,6 +311,73 @@ def test_a_replacement_the_dead_master_placed_unsaved_and_lost_with_its_node_is_
     ):
         resumed = _pure(died, Done(look.commands[0], not_a_new_loss))
         assert [type(c) for c in resumed.commands] == [SubMasterFailover], not_a_new_loss
+
+
+def test_an_actor_ray_rebuilt_then_lost_with_its_node_before_the_resume_is_counted(
+    make_manager: ManagerFactory,
+) -> None:
+    """Seed 57311: a failover begun because Ray rebuilt its actor on a live node, the PrimeMaster
+    killed before it replaced it, then that node lost before the rebuilt one resumed: gone for
+    good where it ran, with that node dead, is a loss of its own. A failover begun for a death
+    there sees the same and counts nothing (the death it began for); a rebuilt actor gone from a
+    live node is the dead PrimeMaster's restart, half way."""
+    base = _running_state(make_manager, roles=[elastic_role()])
+    rebuilt = _saved(base, Tier.ROLE, "train", [E1], placed=False, rebuilt=[E1])
+    node = rebuilt.actors[E1].node_id
+    assert node is not None
+    look = _pure(rebuilt, Tick())
+    assert look.commands == (SeeReplaced((E1,), (node,)),)
+    for where in (node, None):  # Ray's record of it names the node, or nothing (the saved one)
+        lost = ReplacedSeen({E1: ActorObservation.gone("node lost", where)}, False, frozenset({node}))
+        judged = _pure(rebuilt, Done(look.commands[0], lost))
+        assert isinstance(judged, Decision) and isinstance(judged.follow, PassApplied)
+        (failure,) = judged.follow.observed.assessment.failures
+        assert (failure.actor, failure.kind, failure.node_id, failure.unreplaced) == (
+            E1,
+            FailureKind.DIED,
+            node,
+            True,
+        )
+    died = _saved(base, Tier.ROLE, "train", [E1], placed=False)
+    for state, seen in (
+        (died, ReplacedSeen({E1: ActorObservation.gone("lost", node)}, False, frozenset({node}))),
+        (rebuilt, ReplacedSeen({E1: ActorObservation.gone("killed", node)}, False, frozenset())),
+    ):
+        resumed = _pure(state, Done(look.commands[0], seen))
+        assert [type(c) for c in resumed.commands] == [SubMasterFailover], seen
+
+
+def test_a_loss_of_a_node_other_actors_sat_on_is_left_to_the_next_pass(make_manager: ManagerFactory) -> None:
+    """Seed 7395: the node of a saved failover's rebuilt actor held other actors too. The next
+    pass finds them gone with it and judges the loss there (one count on the node, the elastic
+    shrink or a SubMaster's recovery); counted in the resume as well, it was counted twice."""
+    base = _running_state(make_manager, roles=[elastic_role()])
+    rebuilt = _saved(base, Tier.ROLE, "train", [E1], placed=False, rebuilt=[E1])
+    node = rebuilt.actors[E1].node_id
+    assert node is not None and rebuilt.actors[E0].node_id != node
+    look = _pure(rebuilt, Tick())
+    lost = ReplacedSeen({E1: ActorObservation.gone("node lost", node)}, False, frozenset({node}))
+    judged = _pure(rebuilt, Done(look.commands[0], lost))
+    assert isinstance(judged.follow, PassApplied)  # nobody else there: counted in the resume
+    shared = rebuilt.model_copy(deep=True)
+    shared.actors[E0].node_id = node  # a rank outside the failover on that node too
+    resumed = _pure(shared, Done(look.commands[0], lost))
+    assert [type(c) for c in resumed.commands] == [SubMasterFailover]
+
+
+def test_a_role_failover_records_the_actors_ray_rebuilt(make_manager: ManagerFactory) -> None:
+    """What the rule above reads: a failover begun for a reconstruction names its actor rebuilt."""
+    state = _running_state(make_manager, roles=[elastic_role()])
+    node = state.actors[E1].node_id
+    failures = (
+        Failure(E1, "train", FailureKind.RESTARTED, "actor process died; Ray reconstructed it", node),
+    )
+    plan = plan_failover(state, failures, has_extension=False)
+    (recovery,) = plan.recoveries
+    assert (recovery.actors, recovery.rebuilt, recovery.alive) == ((E1,), (E1,), ())
+    killed = (Failure(E1, "train", FailureKind.DIED, "actor died", node),)
+    (recovery,) = plan_failover(state, killed, has_extension=False, dead_nodes={node or ""}).recoveries
+    assert recovery.rebuilt == ()
 
 
 class _Gone:

@@ -21,7 +21,7 @@ from dlu_prime.testing.sim_scheduler import SimScheduler
 
 pytestmark = pytest.mark.timeout(30)
 
-FUTURE = (Path(__file__).parent / "state_fixtures" / "future_job_state_v9.json").read_bytes()
+FUTURE = (Path(__file__).parent / "state_fixtures" / "future_job_state_v10.json").read_bytes()
 
 
 def _stored() -> MemoryStateStore:
@@ -36,7 +36,7 @@ def _spec(make_spec: Any) -> Any:
 
 def test_the_fixture_is_newer_than_this_release() -> None:
     with pytest.raises(
-        SchemaVersionError, match=f"schema version 9, newer than this dlu-prime's {SCHEMA_VERSION}"
+        SchemaVersionError, match=f"schema version 10, newer than this dlu-prime's {SCHEMA_VERSION}"
     ):
         refuse_newer("lm", FUTURE)
     refuse_newer("lm", b"not json")  # not a document of ours: left to whoever replaces it
@@ -66,9 +66,9 @@ def test_dlu_run_and_resume_refuse_before_creating_anything(
 ) -> None:
     store = _stored()
     monkeypatch.setattr(launcher, "create_state_store", lambda name, options: store)
-    monkeypatch.setattr(launcher, "preflight", lambda spec, workdir: None)
+    monkeypatch.setattr(launcher, "preflight", lambda spec, workdir, code_checked=False: None)
     monkeypatch.setattr(launcher, "get_master", lambda job: pytest.fail("went past the check"))
-    with pytest.raises(SpecError, match=r"name: .*schema version 9, newer than"):
+    with pytest.raises(SpecError, match=r"name: .*schema version 10, newer than"):
         launcher.submit_job(_spec(make_spec), resume=resume)
     found = store.get("lm")
     assert found is not None and found.data == FUTURE

@@ -27,6 +27,7 @@ from dlu_prime.master.schema import (
     migrate_5_to_6,
     migrate_6_to_7,
     migrate_7_to_8,
+    migrate_8_to_9,
     upgrade,
 )
 from dlu_prime.master.state import MAX_EVENTS, JobState, RelaunchRecord
@@ -44,6 +45,7 @@ V4 = "job_state_v4.json"
 V5 = "job_state_v5.json"
 V6 = "job_state_v6.json"
 V7 = "job_state_v7.json"
+V8 = "job_state_v8.json"
 TRAINERS = [f"lm.trainer.{rank}" for rank in range(4)]
 
 
@@ -127,7 +129,7 @@ def test_late_v1_document_with_a_failover_in_flight_loads_field_by_field() -> No
     )
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5, V6])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5, V6, V7, V8])
 def test_migration_writes_every_field_of_the_current_shape(name: str) -> None:
     """Explicit defaults, so the next migration can rely on every field being there."""
     original = _document(name)
@@ -163,7 +165,7 @@ def test_a_document_from_a_newer_dlu_prime_is_refused_naming_both_versions() -> 
     assert isinstance(info.value, ValueError)  # callers that catch ValueError keep working
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5, V6])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5, V6, V7, V8])
 def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     store = MemoryStateStore()
     store.put("lm", (FIXTURES / name).read_bytes(), None)
@@ -183,7 +185,7 @@ def test_dlu_resume_of_an_old_document_runs_the_job_again(name: str) -> None:
     assert stored is not None and json.loads(stored.data)["schema_version"] == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5, V6])
+@pytest.mark.parametrize("name", [FIRST_WAVE, LATE_V1, V2, V3, V4, V5, V6, V7, V8])
 def test_a_restarted_prime_master_recovers_an_old_document(name: str) -> None:
     """Tier 6 after an upgrade: the RUNNING job carries on, an in-flight failover is finished."""
     store = MemoryStateStore()
@@ -226,7 +228,7 @@ def test_a_migration_never_shares_state_with_its_input() -> None:
     assert copy.deepcopy(migrated) == migrated
 
 
-@pytest.mark.parametrize("name", [V2, V3, V4, V5, V6])
+@pytest.mark.parametrize("name", [V2, V3, V4, V5, V6, V7, V8])
 def test_a_document_before_v4_gets_event_positions_and_its_first_failure(name: str) -> None:
     document = _document(name)
     state = _load(name)
@@ -303,6 +305,18 @@ def test_a_v7_document_gains_the_failover_records_alive_actors_of_schema_8() -> 
     state = _load(V7)
     assert state.failover is not None and state.failover.alive == []
     assert state.to_status() == _load(V6).to_status()
+
+
+def test_a_v8_document_gains_the_failover_records_rebuilt_actors_of_schema_9() -> None:
+    """A failover saved by schema 8 names none rebuilt: its actors' losses stay its own work."""
+    document = _document(V8)
+    upgraded = migrate_8_to_9(document)
+    assert upgraded["schema_version"] == 9 and document == _document(V8)
+    assert "rebuilt" not in document["failover"] and upgraded["failover"]["rebuilt"] == []
+    assert migrate_8_to_9({**document, "failover": None})["failover"] is None
+    state = _load(V8)
+    assert state.failover is not None and state.failover.rebuilt == []
+    assert state.to_status() == _load(V7).to_status()
 
 
 GiB = 2**30

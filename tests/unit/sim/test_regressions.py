@@ -68,6 +68,17 @@ REGRESSIONS = {
     # loss counted 0 times. A gone actor carries the node it last ran on (Ray's record of it):
     # gone from another node than the one saved, a dead one, it is a new loss, counted on it.
     22974: "counted once",
+    # A data actor killed and rebuilt by Ray on its live node, its role failover saved, the
+    # PrimeMaster killed before it replaced it; then that node lost before the rebuilt PrimeMaster
+    # resumed: gone where it was saved, it read as the death the failover began for, and the loss
+    # counted 0 times. A failover now records the actors Ray rebuilt as it began (`rebuilt`,
+    # schema 9): one of them gone for good with the node it ran on dead is a loss of its own.
+    57311: "counted once",
+    # (found by a first version of that fix) the rebuilt actor's node held the elastic role's
+    # SubMaster, a rank and a data actor too: the resume counted the loss on the rebuilt rank
+    # and the next pass again on the others. A loss of a node where other actors sat is left
+    # to the pass, as any loss.
+    7395: "counted once",
 }
 
 

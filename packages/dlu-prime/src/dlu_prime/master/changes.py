@@ -333,6 +333,7 @@ def _began(
         started_at=now,
         culprit=recovery.culprit,
         alive=[*recovery.alive, *(n for n in widens if waiting is not None and n in waiting.alive)],
+        rebuilt=[*recovery.rebuilt, *(n for n in widens if waiting is not None and n in waiting.rebuilt)],
     )
     for name in recovery.actors:
         state.actors[name].stage = ActorStage.INIT

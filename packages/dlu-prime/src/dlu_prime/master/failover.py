@@ -35,6 +35,7 @@ class Recovery:
     node_id: str | None = None  # the culprit's node
     joined: bool = False  # only actors lost with another role's failed node: that fault's, not counted
     alive: tuple[str, ...] = ()  # of `actors`, those alive as it began (marked, hung): `FailoverRecord.alive`
+    rebuilt: tuple[str, ...] = ()  # of `actors`, those Ray rebuilt as it began: `FailoverRecord.rebuilt`
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,9 @@ def _handle(
     def _alive(names: Sequence[str]) -> tuple[str, ...]:
         return tuple(n for n in names if affected[n].kind not in DEATH_KINDS)
 
+    def _rebuilt(names: Sequence[str]) -> tuple[str, ...]:
+        return tuple(n for n in names if affected[n].kind is FailureKind.RESTARTED)
+
     recoveries: list[Recovery] = []
     for role in roles:
         role_spec = spec.role(role)
@@ -287,6 +291,7 @@ def _handle(
                     cause.actor,
                     cause.node_id,
                     alive=_alive(sub),
+                    rebuilt=_rebuilt(sub),
                 )
             )
         if workers and sub and all(affected[n].kind == NODE_LOST for n in workers):
@@ -311,6 +316,7 @@ def _handle(
                     cause.actor,
                     cause.node_id,
                     alive=_alive(ordered),
+                    rebuilt=_rebuilt(ordered),
                 )
             )
     return tuple(recoveries), None

@@ -32,6 +32,8 @@ History:
      relaunched actor left), and a relaunch record's `seat` and `old_seat`.
   8: a failover record's `alive`: its actors alive as it began, whose deaths before it replaces
      them are faults of their own (seed 17404).
+  9: a failover record's `rebuilt`: its actors it began for because Ray rebuilt them on a live
+     node, whose loss with that node before it replaces them is a fault of its own (seed 57311).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The version this dlu-prime writes."""
 
 Document = dict[str, Any]
@@ -194,6 +196,17 @@ def migrate_7_to_8(document: Document) -> Document:
     return out
 
 
+def migrate_8_to_9(document: Document) -> Document:
+    """A failover saved before version 9 says nothing of which actors Ray had rebuilt as it
+    began: none is assumed (their loss with a node stays its own work, as that code judged it)."""
+    out = copy.deepcopy(document)
+    failover: Any = out.get("failover")
+    if isinstance(failover, dict):
+        _fill(failover, {"rebuilt": []})  # pyright: ignore[reportUnknownArgumentType]
+    out["schema_version"] = 9
+    return out
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
@@ -202,6 +215,7 @@ MIGRATIONS: dict[int, Migration] = {
     5: migrate_5_to_6,
     6: migrate_6_to_7,
     7: migrate_7_to_8,
+    8: migrate_8_to_9,
 }
 """`MIGRATIONS[n]` turns a version-n document into a version n+1 one."""
 

@@ -129,6 +129,11 @@ class FailoverRecord(BaseModel):
         description="Of `actors`, those alive as it began (marked, hung, failed): a death of one before it is "
         "replaced is a fault of its own, the others' deaths are the failover's.",
     )
+    rebuilt: list[str] = Field(
+        default_factory=list[str],
+        description="Of `actors`, those it began for because Ray rebuilt them on a live node: one gone for good "
+        "since, with the node it last ran on dead, was lost with that node (a fault of its own).",
+    )
 
 
 class ResizeRecord(BaseModel):

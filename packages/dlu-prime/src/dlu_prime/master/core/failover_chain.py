@@ -142,19 +142,22 @@ def _unreplaced_deaths(state: JobState, seen: ReplacedSeen) -> list[Failure]:
         if observed.reconstructed and observed.stage is ActorStage.INIT:
             why = "actor process died before its failover replaced it; Ray reconstructed it"
             out.append(Failure(name, actor.role, FailureKind.RESTARTED, why, node, unreplaced=True))
-        elif observed.stage is None and node in seen.dead_nodes:
+        elif observed.stage is None and node in seen.dead_nodes and not _left_to_the_pass(state, node):
             why = f"{observed.error or 'actor died'} (before its failover replaced it)"
             out.append(Failure(name, actor.role, FailureKind.DIED, why, node, unreplaced=True))
     return out
 
 
 def _unsaved_replacement_deaths(state: JobState, seen: ReplacedSeen) -> list[Failure]:
-    """Deaths of replacements the dead predecessor placed but did not save (seed 22974): the
-    saved failover began for a death, so its actor is saved where that death was. Gone since
-    from another node, one Ray marks dead, it is a replacement (nothing else runs that name
-    there) lost with that node: a fault of its own, counted on it. Gone where it died is the
-    death the failover began for (one never replaced, or replaced on the same node: not told
-    apart, so not counted twice)."""
+    """Losses with a node of actors the saved failover has yet to replace, which the dead
+    predecessor may have placed again without saving it. Gone for good from a node Ray marks
+    dead, an actor is lost with that node, a fault of its own, counted on it and the node:
+    - one the failover began for because Ray rebuilt it (`rebuilt`, seed 57311): its rebuilt
+      process, or a replacement of it, ran on a live node until that node was lost;
+    - one it began for because it died (seed 22974): only gone from another node than the one
+      saved, where only a replacement ran that name. Gone where it died is the death it began
+      for (one never replaced, or replaced on the same node: not told apart, so not counted
+      twice)."""
     record = state.failover
     if record is None:
         return []
@@ -163,12 +166,26 @@ def _unsaved_replacement_deaths(state: JobState, seen: ReplacedSeen) -> list[Fai
         actor, observed = state.actors.get(name), seen.observations.get(name)
         if name in record.alive or actor is None or observed is None or actor.stage is not ActorStage.INIT:
             continue
-        ran_on = observed.node_id
+        ran_on = observed.node_id or (actor.node_id if name in record.rebuilt else None)
+        told_apart = name in record.rebuilt or ran_on != actor.node_id
         gone_for_good = observed.stage is None and not observed.unavailable
-        if gone_for_good and ran_on is not None and ran_on != actor.node_id and ran_on in seen.dead_nodes:
-            why = f"its replacement was lost with node {ran_on} (before its failover was resumed)"
+        lost = ran_on is not None and ran_on in seen.dead_nodes and not _left_to_the_pass(state, ran_on)
+        if gone_for_good and told_apart and lost:
+            why = f"lost with node {ran_on} before its failover replaced it (the failover was resumed)"
             out.append(Failure(name, actor.role, FailureKind.DIED, why, ran_on, unreplaced=True))
     return out
+
+
+def _left_to_the_pass(state: JobState, node: str | None) -> bool:
+    """Whether an actor outside the saved failover sat on the lost `node` (seed 7395): the next
+    pass finds it gone with the node and judges the loss as any pass does (the elastic
+    shrink, a SubMaster's recovery, one count on the node), while the failover's own actor,
+    held by it, is taken along. Judged here as well, the one loss would be counted twice."""
+    record = state.failover
+    saved = set(record.actors) if record is not None else set[str]()
+    return any(
+        a.node_id == node and n not in saved and not a.stage.is_terminal for n, a in state.actors.items()
+    )
 
 
 def _job_restart_left(state: JobState, seen: ReplacedSeen, now: float) -> Decision:
