@@ -8,6 +8,7 @@ import logging
 import psutil
 
 from dlu_prime.brain_port.models import StatSample
+from dlu_prime.stats.process_tree import ProcessTree
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +30,12 @@ class ProcessSampler:
         node_id: str | None = None,
         memory_limit_bytes: int | None = None,
         children: bool = True,
+        tree: ProcessTree | None = None,
     ) -> StatSample | None:
         """CPU (percent of one core, summed over the process and its children) and resident
-        memory; None for a process that is gone."""
+        memory; None for a process that is gone. `tree`: where to find the children (one pass
+        over the process table shared by many samples); without it psutil reads the whole
+        table for this call."""
         try:
             proc = self._procs.get(pid)
             if proc is None:
@@ -39,7 +43,7 @@ class ProcessSampler:
             cpu = proc.cpu_percent(None)
             rss = proc.memory_info().rss
             if children:
-                for child in proc.children(recursive=True):
+                for child in self._children(proc, tree):
                     cached = self._procs.setdefault(child.pid, child)
                     try:
                         cpu += cached.cpu_percent(None)
@@ -59,6 +63,18 @@ class ProcessSampler:
             memory_bytes=rss,
             memory_limit_bytes=memory_limit_bytes,
         )
+
+    def _children(self, proc: psutil.Process, tree: ProcessTree | None) -> list[psutil.Process]:
+        if tree is None:
+            return proc.children(recursive=True)
+        found: list[psutil.Process] = []
+        for pid in tree.descendants(proc.pid):
+            cached = self._procs.get(pid)
+            try:
+                found.append(cached if cached is not None else psutil.Process(pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
 
     def keep_only(self, pids: set[int]) -> None:
         """Forget every process but these (children that exited are never asked about again)."""
