@@ -135,6 +135,48 @@ def test_check_local_leaves_resources_to_a_ray_already_running_here(monkeypatch:
     check_local(job(role(resources={"cpu": 1e6})), HERE, {"num_cpus": 1})
 
 
+def test_the_submissions_own_check_reuses_the_code_check_just_passed(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    spec = job(role(entrypoint="train.py"))
+    check_local(spec, str(tmp_path), {})  # `connect`, before anything starts
+    script.unlink()  # the code is not read again by the check of the submission that follows
+    with_logs = spec.model_copy(update={"logs": spec.logs.model_copy(update={"dir": str(tmp_path)})})
+    check_local(with_logs, str(tmp_path), {"num_cpus": 4}, reuse=True)
+    with pytest.raises(SpecError, match="does not exist"):  # that pass is used up
+        check_local(spec, str(tmp_path), {}, reuse=True)
+
+
+def test_a_reused_check_still_checks_what_changed_and_other_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Ray an earlier test of this process left running would leave the resources unjudged.
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    spec = job(role(entrypoint="train.py"))
+    check_local(spec, str(tmp_path), {})
+    script.unlink()
+    other = job(role(entrypoint="train.py"), name="another")
+    with pytest.raises(SpecError, match="does not exist"):  # another job's code is read
+        check_local(other, str(tmp_path), {}, reuse=True)
+    check_local(job(role()), HERE, {})
+    bigger = job(role(resources={"memory": "4096TiB"}))
+    with pytest.raises(SpecError, match="memory"):  # the resources are judged again
+        check_local(bigger, HERE, {}, reuse=True)
+
+
+def test_a_code_check_is_not_reused_once_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    spec = job(role(entrypoint="train.py"))
+    check_local(spec, str(tmp_path), {})
+    script.unlink()
+    monkeypatch.setattr(preflight, "REUSE_WITHIN_S", -1.0)  # any age is too old
+    with pytest.raises(SpecError, match="does not exist"):
+        check_local(spec, str(tmp_path), {}, reuse=True)
+
+
 def test_a_custom_role_with_a_missing_sub_master_names_the_field() -> None:
     spec = job(role(kind="custom", sub_master="no_such_pkg_xyz:Sub"))
     [problem] = preflight.entrypoint_problems(spec, HERE)

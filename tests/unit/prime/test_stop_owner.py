@@ -29,8 +29,11 @@ BARE_HOLDER = (
     "print('held', flush=True)\n"
     "time.sleep(60)\n"
 )
+# Stands in for `dlu run`, which takes SIGINT back even when started with it ignored (a
+# background job of a non-interactive shell, as a suite run from such a shell starts this).
 OWNER = (
-    "import sys, time\n"
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "from pathlib import Path\n"
     "from dlu_prime.job_lock import JobLock\n"
     "lock = JobLock.acquire(Path(sys.argv[1]), 'lm')\n"

@@ -6,7 +6,9 @@ all go through these functions, so a job behaves the same wherever it was starte
 
 from __future__ import annotations
 
+import importlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +23,6 @@ from dlu_api.spec.models import JobSpec
 from dlu_api.spec.rules import ensure_valid
 from dlu_api.status import EventCursor, JobEvent, JobStage, JobStatus
 from dlu_prime import preflight as checks
-from dlu_prime.master.actor import PrimeMaster
 from dlu_prime.master.job_status import job_status as stored_job_status
 from dlu_prime.master.lost import close_lost_job
 from dlu_prime.master.schema import SchemaVersionError, refuse_newer
@@ -37,16 +38,18 @@ StatusCallback = Callable[[JobStatus], None]
 
 
 # checks before anything starts ------------------------------------------------------------------
-def preflight(spec: JobSpec, workdir: str | None) -> None:
+def preflight(spec: JobSpec, workdir: str | None, code_checked: bool = False) -> None:
     """Reject a job that cannot run, before any actor or placement group exists: the checks that
-    need no Ray (`dlu_prime.preflight`, which a local run has already passed before starting Ray)
-    and the job's resources against the connected cluster's.
+    need no Ray (`dlu_prime.preflight`; `code_checked`: a local run passed them before starting
+    Ray, so they are not run again) and the job's resources against the connected cluster's.
 
     Raises:
         SpecError: every problem found.
     """
     ensure_valid(spec)
-    problems = _cluster_resource_problems(spec) + checks.code_problems(spec, workdir)
+    problems = _cluster_resource_problems(spec)
+    if not code_checked:
+        problems += checks.code_problems(spec, workdir)
     if problems:
         raise SpecError(problems)
 
@@ -64,6 +67,21 @@ def _cluster_resource_problems(spec: JobSpec) -> list[Problem]:
 
 
 # master lifecycle -------------------------------------------------------------------------------
+MASTER_MODULE = "dlu_prime.master.actor"
+
+
+def prefetch_master() -> threading.Thread:
+    """Import the PrimeMaster's modules (`ray.remote` needs its class here: 0.2 to 0.4 s of CPU)
+    in a thread, while this process starts Ray, which mostly waits for its processes meanwhile.
+    `submit_job`'s own import finds them done, or waits for the thread's (the module's import
+    lock); one that failed fails there again. Ray's start imports none of these modules."""
+    thread = threading.Thread(
+        target=importlib.import_module, args=(MASTER_MODULE,), name="dlu-import-master", daemon=True
+    )
+    thread.start()
+    return thread
+
+
 def get_master(job: str) -> Any | None:
     try:
         return ray.get_actor(master_name(job), namespace=NAMESPACE)
@@ -89,14 +107,17 @@ def stored_status(job: str, store_name: str, options: dict[str, Any]) -> JobStat
         return None
 
 
-def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) -> Any:
+def submit_job(
+    spec: JobSpec, workdir: str | None = None, resume: bool = False, code_checked: bool = False
+) -> Any:
     """Check the job, clear leftovers of an earlier run of the same name, create its PrimeMaster.
+    `code_checked`: the caller has just passed the checks that need no Ray (`preflight`).
 
     Raises:
         SpecError: the job cannot run here (nothing was created).
         JobNameTakenError: a job of this name is still running.
     """
-    preflight(spec, workdir)
+    preflight(spec, workdir, code_checked)
     if resume:
         _check_resumable(spec)
     else:
@@ -114,6 +135,8 @@ def submit_job(spec: JobSpec, workdir: str | None = None, resume: bool = False) 
             )
     remove_job_resources(spec.name, include_master=True)
     spec = with_brain_url(spec)
+    from dlu_prime.master.actor import PrimeMaster  # done by now where `prefetch_master` ran
+
     master_class = ray.remote(PrimeMaster)
     master = master_class.options(  # pyright: ignore[reportUnknownMemberType]
         name=master_name(spec.name),

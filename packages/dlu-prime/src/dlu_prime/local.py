@@ -24,7 +24,7 @@ from dlu_api.status import JobEvent, JobStage, JobStatus
 from dlu_prime import job_lock, launcher, local_metrics, preflight, ray_env, reaper, roles
 from dlu_prime.job_files import HOME_ENV, JobFiles, dlu_home
 from dlu_prime.local_records import LocalRecords
-from dlu_prime.master.manager import EXIT_STOPPED
+from dlu_prime.master.lifecycle import EXIT_STOPPED
 from dlu_prime.master.state import MAX_EVENTS
 from dlu_prime.stop_now import kill_job, killed_status
 
@@ -69,15 +69,16 @@ class LocalJobClient(LocalRecords):
             spec = spec.model_copy(update={"logs": logs})
         if self._address is None:
             self._ray_options = preflight.sized_for(spec, self._ray_options)
-        preflight.check_local(spec, os.getcwd(), self._ray_options)
+        preflight.check_local(spec, os.getcwd(), self._ray_options, reuse=True)
         if self._address is None and self.metrics is None:  # before Ray: its workers inherit where to write
             self.metrics = local_metrics.start_endpoint()
         lock = job_lock.take(self.files.lock_path(spec.name), spec.name)
         try:
             if self._address is None:  # the embedded Ray starts here: warm this node up beside it
                 roles.warm_up_this_node(spec.roles)
+                launcher.prefetch_master()
             self._ensure_ray()
-            launcher.submit_job(spec, os.getcwd(), resume)
+            launcher.submit_job(spec, os.getcwd(), resume, code_checked=True)
         except BaseException:
             lock.release()
             raise

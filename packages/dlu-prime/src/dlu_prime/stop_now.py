@@ -20,8 +20,8 @@ from dlu_api.status import JobStage, JobStatus
 from dlu_api.vocabulary import ActorStage
 from dlu_prime.job_files import ended_roles
 from dlu_prime.launcher import get_master
+from dlu_prime.master.lifecycle import EXIT_STOPPED
 from dlu_prime.master.lost import close_killed_job
-from dlu_prime.master.manager import EXIT_STOPPED
 from dlu_prime.scheduler.cleanup import remove_job_resources
 from dlu_prime.state.base import StateStoreError, create_state_store
 
