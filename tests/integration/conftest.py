@@ -1,4 +1,5 @@
-"""Environments built from the wheels, and a multi-node Ray cluster with a job server.
+"""Environments built from the wheels, a multi-node Ray cluster with a job server, and a `dlu`
+home per test (`box`).
 
 Session-scoped and built on first use only: the wheels of `uv build --all-packages`, a
 *cluster* environment (those wheels plus `ray[default]`, as a cluster image has) and a
@@ -21,10 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cli_runs import Box
 from wheel_envs import RayCluster, Venv, cluster_env, make_venv, run_ok
 
 HERE = Path(__file__).parent
 PACKAGES = ("dlu_api", "dlu_prime", "dlu_elastic", "dlu_store_redis")
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[Box]:
+    """A `dlu` home of the test's own (`cli_runs.Box`), its runs ended after the test."""
+    made = Box(tmp_path / "home")
+    try:
+        yield made
+    finally:
+        made.end()
 
 
 @pytest.fixture(scope="session")

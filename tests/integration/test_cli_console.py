@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,13 +57,6 @@ roles:
     total: 2
     resources: {{cpu: 0.25}}
 """
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def test_the_live_view_of_a_run_with_a_crash(box: Box, tmp_path: Path) -> None:

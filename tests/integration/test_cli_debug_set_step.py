@@ -4,7 +4,6 @@ own: the step set stays (the next heartbeat does not undo it) and goes on from N
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,6 @@ roles:
     resources: {cpu: 0.1}
 """
 TARGET = 100_000
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def _step(box: Box) -> int:

@@ -10,7 +10,6 @@ Run quiet (the default) and with --verbose (which keeps Ray's log monitor for th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,13 +39,6 @@ roles:
     env: {{OUT_DIR: {out}}}
     elastic: {{nnodes: 1, nproc_per_node: 2}}
 """
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def session_of(ray_tmpdir: str) -> list[Proc]:

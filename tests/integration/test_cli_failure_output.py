@@ -6,20 +6,11 @@ with one."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from cli_runs import DLU, HERE, Box
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def test_a_failing_rank_shows_its_traceback_once_and_one_start_line_per_rank(box: Box) -> None:

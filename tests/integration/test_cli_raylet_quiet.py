@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,6 @@ roles:
     resources: {{cpu: 0.1}}
 """
 RAYLET = "A worker died or was killed"
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def _run(box: Box, tmp_path: Path, name: str, *options: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,6 @@ from cli_runs import HERE, Box, wait_until
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 NOISE = (" INFO ", "WARNING", "Started a local Ray instance", "(PrimeMaster pid=", "(WorkerActor pid=")
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def test_ctrl_c_in_job_run_stops_the_job_and_run_is_quiet(box: Box, tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,13 +31,6 @@ roles:
     entrypoint: workloads:print_rank
     resources: {{cpu: 0.1}}
 """
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def _run(box: Box, tmp_path: Path, name: str, tee: str) -> tuple[str, Path]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,6 @@ import yaml
 from cli_runs import Box, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    try:
-        yield made
-    finally:
-        made.end()
 
 
 def sizes(box: Box, name: str) -> dict[str, int]:

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_runs import DLU, HERE, Box
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[Box]:
-    made = Box(tmp_path / "home")
-    yield made
-    made.end()
 
 
 def dlu_run(box: Box, out: Path, *torchrun: str) -> subprocess.CompletedProcess[str]:
