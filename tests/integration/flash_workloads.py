@@ -2,8 +2,10 @@
 
 `train` trains a deterministic toy state for STEPS steps (an allreduce per step keeps the ranks
 in lock step, as DDP does), saves it with dlu_elastic.checkpoint after every step and records,
-per rank: each saved step's checksum, and per process start what load() returned. The test
-compares the checksum of the restored state with the one recorded when that step was saved.
+per rank: each step's checksum (`sum-r{rank}-s{step}.txt`, written before its save, so a
+process stopped right after a save leaves no restorable step unrecorded), a `saved-r{rank}-s{step}`
+marker once the save returned, and per process start what load() returned. The test compares
+the checksum of the restored state with the one recorded for that step.
 Knobs (environment): OUT_DIR, STEPS, KILL_AFTER_SAVE ("step:rank": SIGKILL after that save,
 first round only), SHARED=1 (a DDP job: every rank trains the same state, rank 0 saves it and
 the others save None), OUT_DIR/finish (every rank stops after the step that sees it), and
@@ -85,12 +87,15 @@ def train() -> None:
         lockstep = torch.ones(1)
         lockstep[0] = float((out / "finish").exists())
         dist.all_reduce(lockstep)
-        checkpoint.save(step, None if shared and rank != 0 else state)
+        # Recorded before the save: a process stopped between a committed save and its record
+        # (a resize ends the old world at any point) would leave a restorable step unrecorded.
         sums = out / f"sum-r{rank}-s{step}.txt"
         if not sums.exists():  # atomic: a SIGKILL between the open and the write leaves no empty record
             partial = sums.with_name(f".{sums.name}.{os.getpid()}")
             partial.write_text(checksum(state))
             partial.replace(sums)
+        checkpoint.save(step, None if shared and rank != 0 else state)
+        (out / f"saved-r{rank}-s{step}").touch()  # what a test waits on before a fault after a save
         if attempt == 0 and (step, rank) == (kill_step, kill_rank):
             os.kill(os.getpid(), signal.SIGKILL)
         if lockstep[0] > 0:

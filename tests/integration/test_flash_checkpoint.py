@@ -136,9 +136,9 @@ def kill_agent_mid_run(
     with ThreadPoolExecutor(1) as pool:
         job = pool.submit(run, spec)
         deadline = time.monotonic() + 120
-        while not (out / "sum-r1-s8.txt").exists() and time.monotonic() < deadline and not job.done():
+        while not (out / "saved-r1-s8").exists() and time.monotonic() < deadline and not job.done():
             time.sleep(0.05)
-        assert (out / "sum-r1-s8.txt").exists()
+        assert (out / "saved-r1-s8").exists()
         agent = ray.get_actor(f"{name}.trainer.1", namespace=NAMESPACE)
         status = dict(ray.get(agent.status.remote(), timeout=30))
         trainer = int(status["process_pid"])

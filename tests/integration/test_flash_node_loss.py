@@ -60,7 +60,7 @@ def run(name, checkpoint):
     def held():
         return sorted(p.name for p in Path("/dev/shm").glob(f"dlu-ckpt.*.{name}.*/replica-*"))
     wanted = 4 if checkpoint["replicas"] else 0  # each rank's two slots on its buddy, once it is up
-    while (not (where / "sum-r1-s8.txt").exists() or len(held()) < wanted) and time.monotonic() < deadline:
+    while (not (where / "saved-r1-s8").exists() or len(held()) < wanted) and time.monotonic() < deadline:
         time.sleep(0.05)
     kept = held()
     status = launcher.job_status(name)

@@ -39,10 +39,10 @@ def kill_agent(name: str, out: Path, **checkpoint: Any) -> tuple[JobStatus, list
         job = pool.submit(run, spec)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not job.done():
-            if (out / "sum-r1-s8.txt").exists() and len(replicas_of(name)) == 4:  # both buddies up
+            if (out / "saved-r1-s8").exists() and len(replicas_of(name)) == 4:  # both buddies up
                 break
             time.sleep(0.05)
-        assert (out / "sum-r1-s8.txt").exists()
+        assert (out / "saved-r1-s8").exists()
         seen = [p.name for p in replicas_of(name)]
         agent = ray.get_actor(f"{name}.trainer.1", namespace=NAMESPACE)
         status = dict(ray.get(agent.status.remote(), timeout=30))
