@@ -23,6 +23,7 @@ from dlu_api.errors import (
     JobNotFoundError,
     NotSupportedError,
     SpecError,
+    SubmittedFromItselfError,
     VersionMismatchError,
 )
 from dlu_api.spec.models import JobSpec
@@ -204,6 +205,17 @@ def test_invalid_spec_is_refused_before_any_request(
     with pytest.raises(SpecError) as info:
         client.submit(bad)
     assert any("total" in p.field for p in info.value.problems)
+    assert server.requests == []
+
+
+def test_a_job_submitted_from_inside_its_own_actor_is_refused_before_any_request(
+    server: FakeRayJobServer, client: RemoteJobClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = demo_spec()
+    monkeypatch.setenv("DLU_JOB", spec.name)
+    monkeypatch.setenv("DLU_ACTOR", f"{spec.name}.worker.0")
+    with pytest.raises(SubmittedFromItselfError, match="from inside its own actor"):
+        client.submit(spec)
     assert server.requests == []
 
 

@@ -56,6 +56,11 @@ class JobNameTakenError(ClusterError):
     """A job of that name is still running where the new one was sent; stop it or rename."""
 
 
+class SubmittedFromItselfError(JobNameTakenError):
+    """A job was submitted from inside one of its own actors or training processes: the module
+    an entrypoint names starts the job when it is imported (no `if __name__ == "__main__":`)."""
+
+
 class ClusterSetupError(ClusterError):
     """The cluster lacks something DLU needs there (Ray's job server, dlu-prime); the message
     says what to install where."""

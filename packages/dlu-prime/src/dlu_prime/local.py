@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dlu_api.client.base import StatusCallback
+from dlu_api.client.base import StatusCallback, refuse_self_submission
 from dlu_api.client.rank_files import FileTailer, local_run_dir
 from dlu_api.errors import DLUError, JobNotFoundError, JobRunningError
 from dlu_api.rank_logs import HOME_SUBDIR, RankFile
@@ -64,6 +64,7 @@ class LocalJobClient(LocalRecords):
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         """Before Ray or any zygote starts, a job that cannot run here is refused at no cost,
         and so is one whose name another process runs. Rank logs default to $DLU_HOME/logs."""
+        refuse_self_submission(spec.name)
         if spec.logs.dir is None:
             logs = spec.logs.model_copy(update={"dir": str(dlu_home() / HOME_SUBDIR)})
             spec = spec.model_copy(update={"logs": logs})

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from dlu_api.errors import ClusterError, NotSupportedError
+from dlu_api.errors import ClusterError, NotSupportedError, SubmittedFromItselfError
 from dlu_api.rank_logs import RankFile
 from dlu_api.status import EventCursor, JobEvent, JobStatus, JobSummary
 
@@ -16,6 +17,31 @@ if TYPE_CHECKING:  # the spec models cost a `dlu status` 0.2-0.4 s to build
     from dlu_api.spec.models import JobSpec
 
 StatusCallback = Callable[[JobStatus], None]
+
+
+JOB_ENV, ACTOR_ENV = "DLU_JOB", "DLU_ACTOR"
+"""Set in every actor and training process of a job (its name, the actor's name)."""
+
+
+def refuse_self_submission(job: str) -> None:
+    """Refuse a job submitted from inside one of its own processes, before anything is asked.
+
+    DLU imports the module an entrypoint names in the role's actor (its self check) and in each
+    training process; a module that starts the job when imported would otherwise submit it again
+    there and get "already running, stop it or rename", which points at the wrong fix.
+
+    Raises:
+        SubmittedFromItselfError: this process is an actor or training process of `job`.
+    """
+    actor = os.environ.get(ACTOR_ENV)
+    if not actor or os.environ.get(JOB_ENV) != job:
+        return
+    raise SubmittedFromItselfError(
+        f"job {job!r} was submitted from inside its own actor {actor}: a module one of its "
+        "entrypoints names starts the job when it is imported, and DLU imports that module to run "
+        "the entrypoint. Put the code that starts the job (`Job(spec).run()`, `.submit()`) under "
+        '`if __name__ == "__main__":`, or move the entrypoint functions to a module of their own.'
+    )
 
 
 class JobClient(ABC):

@@ -30,7 +30,7 @@ import httpx
 
 from dlu_api.client import remote_errors as errors
 from dlu_api.client import remote_mail, remote_status, remote_upload, wire
-from dlu_api.client.base import JobClient, StatusCallback
+from dlu_api.client.base import JobClient, StatusCallback, refuse_self_submission
 from dlu_api.client.launcher_feed import (
     LauncherFeed,
     driver_log,
@@ -172,6 +172,7 @@ class RemoteJobClient(JobClient):
 
     def _submit(self, spec: JobSpec, resume: bool) -> str:
         ensure_valid(spec)
+        refuse_self_submission(spec.name)
         cluster_dir, runtime_dir = working_dir(self.workdir)
         if runtime_dir is not None and "://" not in runtime_dir:
             remote_upload.package(Path(runtime_dir).expanduser())  # too big: refused before any request
