@@ -1,64 +1,39 @@
 """One seeded run: build the world, interleave faults with the manager's turns, check the
 invariants after every step. A run is a pure function of its seed (`run_seed(seed)` twice
-gives the same trace), so a violation is replayed with `--seed N`."""
+gives the same trace), so a violation is replayed with `--seed N`. The faults are applied by
+`fault_injection`, the agents' and the CLI's requests sent by `commands`."""
 
 from __future__ import annotations
 
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from dlu_api.status import JobStage
-from dlu_api.vocabulary import ActorStage, InPlaceVerdict
+from dlu_api.vocabulary import ActorStage
 from dlu_prime.master.lifecycle import FencedError, ResumeError
 from dlu_prime.master.manager import PrimeManager
-from dlu_prime.master.resize import ScaleError
 from dlu_prime.master.schema import SchemaVersionError
 from dlu_prime.master.state import SUB_MASTER_RANK, JobState
 from dlu_prime.naming import sub_master_name
 from dlu_prime.testing.sim import adapter
 from dlu_prime.testing.sim.clock import SimClock
 from dlu_prime.testing.sim.cluster import SimCluster
+from dlu_prime.testing.sim.commands import Report, resend, send_report
 from dlu_prime.testing.sim.crash import CrashPoint, MasterKilled
-from dlu_prime.testing.sim.faults import DEATHS, OWN_CRASH, OWN_HANG, PEER_EFFECT, Kind, pick
-from dlu_prime.testing.sim.invariants import Fault, Ledger, Violation, check_limits, check_stored
+from dlu_prime.testing.sim.fault_injection import inject
+from dlu_prime.testing.sim.faults import OWN_HANG, PEER_EFFECT, Kind, pick
+from dlu_prime.testing.sim.invariants import Ledger, Violation, check_limits, check_stored
+from dlu_prime.testing.sim.result import Result
 from dlu_prime.testing.sim.store import SimStore
-from dlu_prime.testing.sim.world import ELASTIC, JOB, SIMPLE, sim_spec
+from dlu_prime.testing.sim.world import ELASTIC, JOB, sim_spec
+
+# Result lives in result.py; it is still imported from here (benchmarks/simulate.py).
+__all__ = ["FAULT_STEPS", "QUIET_STEPS", "STEP_S", "Result", "Run", "run_seed"]
 
 FAULT_STEPS = 40
 QUIET_STEPS = 60
 STEP_S = 1.0
-
-
-@dataclass(eq=False)
-class Report:
-    """An in-place report sent and not yet answered: asked again of a rebuilt PrimeMaster with
-    the same id (`rid`), so one that saved its judgement and died before answering answers
-    from it (seed 36: counted twice while reports carried no id). `before`, `count_before`:
-    the event number and the role's count when it was first sent."""
-
-    agent: str
-    message: str
-    error: str
-    own: bool
-    fault: Fault | None
-    rid: str
-    before: int
-    count_before: int
-
-
-@dataclass
-class Result:
-    seed: int
-    steps: int = 0
-    events: int = 0
-    faults: int = 0
-    decisions: int = 0  # monitoring passes and commands the manager judged
-    violation: str | None = None
-    trace: list[str] = field(default_factory=list[str])
-    stage: str = ""
-    reason: str = ""
 
 
 class Run:
@@ -120,7 +95,7 @@ class Run:
             self.note("a newer-schema document was refused, then deleted by the operator")
         return adapter.create(self.spec, self.cluster, self.store, self.clock)
 
-    def _rebuild(self, why: str) -> None:
+    def rebuild(self, why: str) -> None:
         """The PrimeMaster died: Ray starts a new one, which loads the stored state."""
         self.crash.disarm()
         self.note(f"PrimeMaster killed ({why}); rebuilt from the store")
@@ -132,20 +107,7 @@ class Run:
         self.manager = adapter.self_recover(self.spec, self.cluster, self.store, self.clock)
         self.resumed = True
         self.result.decisions += 1
-        self._resend()
-
-    def _resend(self) -> None:
-        """What the SubMaster and the CLI ask again of a rebuilt PrimeMaster."""
-        reports, self.reports = self.reports, []
-        for report in reports:
-            self._report(report.agent, report.message, report.error, report.own, report.fault, report)
-        for rid, (role, size, accepted) in list(self.requests.items()):
-            if accepted:
-                self._scale(rid, role, size, retry=True)
-        for rid, marked in self.marks.items():  # the CLI asks again: marked once, never twice
-            landed = rid in self.manager.state.requests
-            if adapter.mark_unhealthy(self.manager, marked, rid) and landed:
-                raise Violation("commands", f"mark-unhealthy {rid} retried was marked again")
+        resend(self)
 
     def _restart_actors(self, names: list[str], reason: str) -> None:
         adapter.restart_actors(self.manager, names, reason)
@@ -179,7 +141,7 @@ class Run:
                     self.note(
                         f"{agent} reports during the failover of {names}: {'own hang' if own else 'peer effect'}"
                     )
-                    self._report(agent, message, error, own)
+                    send_report(self, agent, message, error, own)
             finally:
                 self.in_failover = False
 
@@ -188,184 +150,10 @@ class Run:
             n for n, a in self.manager.state.actors.items() if a.role == role and a.rank != SUB_MASTER_RANK
         ]
 
-    def _report(
-        self,
-        agent: str,
-        message: str,
-        error: str,
-        own: bool,
-        fault: Fault | None = None,
-        retry: Report | None = None,
-    ) -> None:
-        """A rank's agent reports a failed training process through its SubMaster; asked again
-        of a rebuilt PrimeMaster until answered (`fault`, `retry`: the one a retry is about)."""
-        m = self.manager
-        if own and fault is None:
-            fault = self.ledger.add(Kind.HANG if "stuck" in message else Kind.CRASH, [agent], self.step_no)
-            self.result.faults += 1
-        in_flight = m.state.failover
-        judged = retry is not None and retry.rid in m.state.requests  # saved before the death
-        if not judged and (
-            m.state.stage is not JobStage.RUNNING or (in_flight is not None and agent in in_flight.actors)
-        ):
-            own = False  # a job restart or the end under way, or its actor is being replaced: joins
-            if fault is not None:
-                fault.counted += 1  # judged as the recovery's: nothing more to count
-                fault = None
-        self.report_no += 1
-        rid = retry.rid if retry is not None else f"report-{self.report_no}"
-        before = retry.before if retry is not None else m.state.event_seq
-        count_before = (
-            retry.count_before if retry is not None else m.state.roles[ELASTIC].inplace_restart_count
-        )
-        report = Report(agent, message, error, own, fault, rid, before, count_before)
-        self.reports.append(report)
-        decision = adapter.note_inplace_restart(m, ELASTIC, message, agent, error, report_id=rid)
-        self.reports.remove(report)
-        self.result.decisions += 1
-        made = [e for e in m.state.events if e.seq > before]
-        counted = [
-            e for e in made if str(e.kind) in ("inplace_restart", "restart_limit") and e.actor == agent
-        ]
-        self.consumed.update(e.seq for e in counted)
-        self.note(
-            f"in-place report of {agent} -> {decision.verdict} counted={decision.counted}: {decision.reason[:80]}"
-        )
-        delta = m.state.roles[ELASTIC].inplace_restart_count - count_before
-        if own:
-            stop = decision.verdict is InPlaceVerdict.STOP
-            if not stop and (not decision.counted or delta != 1 or len(counted) != 1):
-                raise Violation(
-                    "counted once",
-                    f"{agent}'s own failure ({message}) counted {delta} times: {decision.verdict} {decision.reason}",
-                )
-            assert fault is not None
-            fault.counted += 1
-            if not stop:
-                self.inplace_counted += 1
-        elif decision.counted or delta != 0:
-            raise Violation("counted once", f"{agent}'s report of a peer's fault counted: {decision.reason}")
-
-    def _scale(self, rid: str, role: str, size: int, retry: bool = False) -> None:
-        first = self.requests.get(rid)
-        try:
-            answer = adapter.scale(self.manager, role, size, rid)
-        except ScaleError as exc:
-            if retry and first is not None and first[2]:
-                raise Violation("commands", f"retry of accepted request {rid} refused: {exc}") from exc
-            self.note(f"dlu scale {role} {size} ({rid}) refused: {str(exc)[:80]}")
-            self.requests.setdefault(rid, (role, size, False))
-            return
-        finally:
-            self.result.decisions += 1
-        if retry and first is not None and first[2] and answer != "known":
-            raise Violation("commands", f"retry of accepted request {rid} ran again ({answer})")
-        self.note(f"dlu scale {role} {size} ({rid}){' retried' if retry else ''}: {answer}")
-        self.requests[rid] = (role, size, answer in ("began", "known"))
-
     # one step ----------------------------------------------------------------------------------
     def act(self, kind: Kind) -> None:
-        m = self.manager
-        state = m.state
-        if state.stage is not JobStage.RUNNING and kind not in (Kind.STORE_SLOW, Kind.NOTHING):
-            return
-        busy = set(state.resize.added) | set(state.resize.removed) if state.resize else set[str]()
-        # A failover's actors are never spared: a death of one between a PrimeMaster's death and
-        # the rebuilt one's resume is a new fault, whether a placed replacement's (seeds 8553,
-        # 11945), one not replaced yet (17404), a job restart's saved in RUNNING (17842) or the
-        # elastic role's SubMaster's (16919); so is one of the other actors (seed 194).
-        running = [
-            n
-            for n, s in self.cluster.stages.items()
-            if s is ActorStage.RUNNING
-            and n in state.actors
-            and n not in busy
-            and n not in self.cluster.reconstructed
-        ]
-        ranks = [
-            n for n in running if state.actors[n].role == ELASTIC and state.actors[n].rank != SUB_MASTER_RANK
-        ]
-        if kind in DEATHS and any(f.kind in DEATHS for f in self.ledger.pending()):
-            return  # one death per monitoring pass: each has its recovery to be counted on
-        if kind in (Kind.CRASH, Kind.HANG) and ranks:
-            agent = self.rng.choice(ranks)
-            message, error = OWN_CRASH if kind is Kind.CRASH else OWN_HANG
-            self.note(f"{kind} of {agent}")
-            self._report(agent, message, error, True)
-        elif kind is Kind.KILL and running:
-            name = self.rng.choice([n for n in running if state.actors[n].rank != SUB_MASTER_RANK] or running)
-            self.note(f"actor kill {name}")
-            self.ledger.add(kind, [name], self.step_no)
-            self.result.faults += 1
-            self.cluster.kill_actor(name)
-        elif kind is Kind.SUB:
-            sub = sub_master_name(JOB, ELASTIC)
-            if sub in running:
-                self.note(f"SubMaster kill {sub}")
-                self.ledger.add(kind, [sub], self.step_no)
-                self.result.faults += 1
-                self.cluster.kill_actor(sub)
-        elif kind is Kind.NODE:
-            quiet_since = self.step_no - 30
-            nodes = {
-                node: names
-                for node, names in self.cluster.live_nodes().items()
-                if all(n in state.actors and n not in busy for n in names)
-                and not any(
-                    f.kind in (Kind.CRASH, Kind.HANG) and f.step > quiet_since and f.actors & set(names)
-                    for f in self.ledger.faults
-                )
-            }
-            if nodes:
-                node = self.rng.choice(sorted(nodes))
-                lost = self.cluster.lose_node(node)
-                roles = {state.actors[n].role for n in lost}
-                self.note(f"node loss {node}: {lost}")
-                fault = self.ledger.add(kind, lost, self.step_no, roles)
-                ranks_lost = [
-                    n
-                    for n in lost
-                    if state.actors[n].role == ELASTIC and state.actors[n].rank != SUB_MASTER_RANK
-                ]
-                fault.needs_count = SIMPLE in roles or not ranks_lost
-                self.result.faults += 1
-        elif kind is Kind.MARK and ranks:
-            rank = state.actors[self.rng.choice(ranks)].rank
-            rid = f"mark-{self.step_no}"
-            names = m.debug.worker_names(ELASTIC, rank)
-            self.ledger.add(kind, names, self.step_no)
-            self.result.faults += 1
-            self.note(f"mark-unhealthy {names} ({rid})")
-            self.marks[rid] = names  # asked again of a rebuilt PrimeMaster (also one that died in it)
-            if not adapter.mark_unhealthy(m, names, rid):
-                raise Violation("commands", f"mark-unhealthy {rid} was refused the first time")
-        elif kind is Kind.MASTER and adapter.synced(m) and not self.store.down:
-            self.result.faults += 1
-            self._rebuild("between commands")
-        elif kind is Kind.MID and adapter.synced(m) and not self.store.down:
-            self.crash.arm(self.rng.randint(1, 8), self.rng.random() < 0.5)
-            self.note(
-                f"PrimeMaster armed to die at I/O #{self.crash.left} (put applied: {self.crash.apply_put})"
-            )
-        elif kind is Kind.STORE_HANG and not self.store.down:
-            self.store.hang(self.clock() + self.rng.uniform(1, 25))
-            self.note(f"store hangs until {self.store.down_until:.1f}")
-        elif kind is Kind.STORE_KILL and not self.store.down:
-            self.store.kill(self.clock() + self.rng.uniform(1, 15))
-            self.note(f"store killed until {self.store.down_until:.1f}")
-        elif kind is Kind.STORE_SLOW:
-            self.store.delay_s = self.rng.choice((0.0, 0.0, 0.05, 0.5))
-        elif kind is Kind.SCALE:
-            role = self.rng.choice((ELASTIC, SIMPLE))
-            size = self.rng.randint(1, 3) if role == ELASTIC else self.rng.randint(1, 4)
-            self._scale(f"scale-{self.step_no}", role, size)
-        elif kind is Kind.RETRY and self.requests:
-            rid = self.rng.choice(sorted(self.requests))
-            role, size, _ = self.requests[rid]
-            self._scale(rid, role, size, retry=True)
-        elif kind is Kind.STOP:
-            self.note("dlu stop")
-            adapter.request_stop(m, "stopped by user request")
+        """The world's fault of this step (`fault_injection.inject`)."""
+        inject(self, kind)
 
     def turn(self) -> None:
         m = self.manager
@@ -399,7 +187,7 @@ class Run:
             self.turn()
         except MasterKilled as killed:
             self.result.faults += 1
-            self._rebuild(f"inside {killed}")
+            self.rebuild(f"inside {killed}")
         self.check()
 
     def check(self) -> None:
