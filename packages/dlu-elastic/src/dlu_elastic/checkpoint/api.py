@@ -8,68 +8,45 @@ next save, from a counter in the round's TCPStore (each rank adds 1 after its co
 is committed when the counter equals the world size); until then it keeps overwriting the same
 in-flight slot. `load()` gathers every rank's complete steps (one all_gather) and restores the
 largest step they share, so every rank resumes the same step; with none in memory it reads the
-newest step every rank persisted to disk (see disk.py), and otherwise says so. After a resize
-(no step of the new world size anywhere) it restores the old world's newest committed step when
-the state is a plain DDP one (resize_load.py), and says why not otherwise.
+newest step every rank persisted to disk (fallback_load.py, disk.py), and otherwise says so.
+After a resize (no step of the new world size anywhere) it restores the old world's newest
+committed step when the state is a plain DDP one (resize_load.py, fallback_load.py), and says
+why not otherwise.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import pickle
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dlu_elastic.checkpoint import disk, replica, replica_load, resize_load, shm
+from dlu_elastic.checkpoint import fallback_load, replica_load, resize_load, shm
 from dlu_elastic.checkpoint.broadcast import Told, broadcast_state, layout_of, tell
 from dlu_elastic.checkpoint.layout import (
     CheckpointError,
     TensorEntry,
     check_same_layout,
     dumps_meta,
-    rebuild,
     split,
     table,
+    unpack,
 )
+from dlu_elastic.checkpoint.restored import NoCheckpoint, Restored
 from dlu_elastic.checkpoint.shm import ADOPTED_FILE, PERSIST_DIR_ENV, REPORT_FILE
-from dlu_elastic.checkpoint.slot import (
-    PAYLOAD_OFFSET,
-    SLOTS,
-    SlotWriter,
-    Snapshot,
-    read_meta,
-    read_with,
-    slot_path,
-)
+from dlu_elastic.checkpoint.slot import PAYLOAD_OFFSET, SLOTS, SlotWriter, read_with, slot_path
 
-logger = logging.getLogger(__name__)
+__all__ = ["FlashCheckpointer", "NoCheckpoint", "Restored", "default", "load", "save", "wait"]
 
 # Fault injection (tests, benchmarks): "<step>:<rank>": that rank's process SIGKILLs itself
 # half-way through copying that step, in the job's first round only.
 KILL_MID_SAVE_ENV = "DLU_FAULT_CHECKPOINT_KILL_MID_SAVE"
 _KEY = "dlu_ckpt/done/{}"
-
-
-class NoCheckpoint(CheckpointError):
-    """No step was committed by every rank, in memory or on disk."""
-
-
-@dataclass(frozen=True)
-class Restored:
-    """What `load()` found: the step, this rank's state, and where it came from."""
-
-    step: int
-    state: Any
-    source: str  # "memory", "replica" (a buddy agent's copy) or "disk"
-    where: str
-    lost_steps: int | None = None  # the newest step any rank had reached minus `step` (None: unknown)
-    why: str = ""  # how memory served it, or why it did not (a resize, a rank with no copy)
 
 
 def _rank_world() -> tuple[int, int]:
@@ -229,7 +206,7 @@ class FlashCheckpointer:
             mine,
             self._reached(),
             held,
-            self._other_worlds(rank, world, held),
+            fallback_load.other_worlds(self.folder, rank, world, held),
             self._adopted(),
             told,
         )
@@ -245,12 +222,12 @@ class FlashCheckpointer:
             overall = "replica" if sources else "memory"
             if received is not None:  # this rank's agent lost its slots: a buddy's copy
                 self._void()
-                state = self._share_empty(_unpack(*received), world)
+                state = self._share_empty(unpack(*received), world)
                 where = f"rank {sources[rank].holder}'s agent"
                 return self._report(Restored(step, state, "replica", where, why=note), reached, overall)
             slot = own[step]
             read = read_with(
-                slot_path(self.folder, slot), lambda h, meta, payload: (h.seq, _unpack(meta, payload))
+                slot_path(self.folder, slot), lambda h, meta, payload: (h.seq, unpack(meta, payload))
             )
             if read is None:
                 raise CheckpointError(f"slot {slot} of step {step} changed while it was read")
@@ -263,10 +240,18 @@ class FlashCheckpointer:
             restored = Restored(step, state, "memory", str(slot_path(self.folder, slot)), why=note)
             return self._report(restored, reached, overall)
         resized = resize_load.plan([c for e in everyone for c in e[4]], world)
+
+        def gather(mine: Any) -> list[Any]:
+            return self._gather(mine, world)
+
         if isinstance(resized, resize_load.Plan):
-            return self._report(self._from_old_world(rank, world, resized), reached)
+            restored = fallback_load.from_old_world(self.folder, rank, world, resized, gather)
+            self._void()  # the old world's slots: this world saves afresh
+            return self._report(restored, reached)
         why = resized if isinstance(resized, str) else replica_load.why_none([e[:4] for e in everyone], world)
-        restored = self._from_disk(rank, world)
+        restored = fallback_load.from_disk(
+            self.persist_dir, rank, world, gather, lambda state: self._share_empty(state, world)
+        )
         if restored is not None:
             self._void()  # memory holds nothing all ranks share: start over
             return self._report(replace(restored, why=restored.why or why), reached)
@@ -295,44 +280,6 @@ class FlashCheckpointer:
         note.unlink(missing_ok=True)
         return True
 
-    def _other_worlds(self, rank: int, world: int, held: replica_load.Held) -> list[resize_load.Copy]:
-        """The complete slots and replicas this rank's agent keeps of another world size."""
-        found: list[resize_load.Copy] = []
-        names = [slot_path(self.folder, i).name for i in range(SLOTS)]
-        names += [n for n, (_, w, _, _, _) in held.items() if w != world]
-        for name in names:
-            read = read_meta(self.folder / name)
-            if read is None or read[0].world == world:
-                continue
-            header, meta = read
-            shared = bool(pickle.loads(meta).get("shared"))
-            found.append(resize_load.Copy(rank, header.rank, header.world, header.step, shared, name))
-        return found
-
-    def _from_old_world(self, rank: int, world: int, plan: resize_load.Plan) -> Restored:
-        """Old rank 0's state of `plan.step`, read by the rank whose agent keeps it, for all."""
-        src = plan.source
-        value: Any = None
-        if rank == src.holder:
-            path = self.folder / src.name
-            if src.name.startswith("slot-"):
-                read = read_with(path, lambda _h, meta, payload: _unpack(meta, payload))
-            else:
-                data = replica.read(self.folder, src.name)
-                header = read_meta(path)
-                meta_len = header[0].meta_len if header is not None else 0
-                read = _unpack(data[:meta_len], memoryview(data)[meta_len:])
-            if read is None:
-                raise CheckpointError(f"{path} changed while it was read")
-            value = read[1]
-        state = (
-            broadcast_state(value, src.holder, lambda mine: self._gather(mine, world)) if world > 1 else value
-        )
-        self._void()  # the old world's slots: this world saves afresh
-        why = f"resized from {plan.old_world} to {world} ranks: old rank 0's state for every rank"
-        where = f"rank {src.holder}'s agent ({src.name})"
-        return Restored(plan.step, state, "memory", where, why=why)
-
     def _reached(self) -> int | None:
         """The newest step this rank's slots name (complete, or a save under way when it died)."""
         steps = [h.step for w in self._writers if (h := w.header()) is not None and h.step >= 0]
@@ -351,46 +298,6 @@ class FlashCheckpointer:
             tmp.write_text(json.dumps(report))
             tmp.replace(self.folder / REPORT_FILE)
         return restored
-
-    def _from_disk(self, rank: int, world: int) -> Restored | None:
-        """The newest step on disk that every rank sees complete (the ranks agree first, so
-        none resumes alone from another step); None when there is none or it cannot be read."""
-        step, of_world = self._disk_step(world)
-        agreed = set(self._gather((step, of_world), world))
-        if len(agreed) != 1 or step is None or self.persist_dir is None:
-            return None
-        read_rank = rank if of_world == world else 0  # another world: its rank 0's (shared) state
-        try:
-            snap = disk.read(self.persist_dir, step, read_rank, of_world)
-        except OSError as exc:
-            raise CheckpointError(
-                f"step {step} is complete in {self.persist_dir} but rank {rank} cannot read its file: {exc}"
-            ) from exc
-        where = str(disk.step_folder(self.persist_dir, step))
-        if of_world != world:
-            why = f"resized from {of_world} to {world} ranks: old rank 0's state for every rank"
-            return Restored(step, _state_of(snap)[1], "disk", where, why=why)
-        return Restored(step, self._share_empty(_state_of(snap), world), "disk", where)
-
-    def _disk_step(self, world: int) -> tuple[int | None, int]:
-        """The newest step on disk at this world size; else (after a resize) the newest one of
-        another world whose rank 0 saved a shared (DDP) state: (step or None, its world)."""
-        if self.persist_dir is None:
-            return None, world
-        try:
-            complete = disk.complete_steps(self.persist_dir)
-        except OSError as exc:  # an unreadable folder is no checkpoint, never a crash of training
-            logger.warning("cannot list the persisted checkpoints in %s: %s", self.persist_dir, exc)
-            return None, world
-        same = [s for s, w in complete.items() if w == world]
-        if same:
-            return max(same), world
-        for step, of_world in sorted(complete.items(), reverse=True):
-            path = disk.step_folder(self.persist_dir, step) / disk.file_name(0, of_world)
-            read = read_meta(path)
-            if read is not None and pickle.loads(read[1]).get("shared"):
-                return step, of_world
-        return None, world
 
     def _gather(self, mine: Any, world: int) -> list[Any]:
         """Every rank's `mine`, through the round's TCPStore (no numpy: not *_object)."""
@@ -434,16 +341,6 @@ def _kill_after(step: int, rank: int, count: int) -> int | None:
         return None
     at_step, at_rank = (int(x) for x in spec.split(":"))
     return max(1, count // 2) if (at_step, at_rank) == (step, rank) else None
-
-
-def _unpack(meta_bytes: bytes, payload: memoryview) -> tuple[bool, Any]:
-    """(whether the rank saved None, its state with every tensor copied out of `payload`)."""
-    meta = pickle.loads(meta_bytes)
-    return bool(meta.get("empty")), rebuild(meta["skeleton"], meta["entries"], payload)
-
-
-def _state_of(snap: Snapshot) -> tuple[bool, Any]:
-    return _unpack(snap.meta, memoryview(snap.payload))
 
 
 _default: FlashCheckpointer | None = None

@@ -106,6 +106,12 @@ def rebuild(skeleton: Any, entries: list[TensorEntry], payload: memoryview) -> A
     return fill(skeleton, tensors)
 
 
+def unpack(meta_bytes: bytes, payload: memoryview) -> tuple[bool, Any]:
+    """(whether the rank saved None, its state with every tensor copied out of `payload`)."""
+    meta = pickle.loads(meta_bytes)
+    return bool(meta.get("empty")), rebuild(meta["skeleton"], meta["entries"], payload)
+
+
 def fill(value: Any, tensors: list[torch.Tensor]) -> Any:
     if isinstance(value, TensorRef):
         return tensors[value.index]
