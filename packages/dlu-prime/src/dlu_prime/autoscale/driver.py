@@ -95,11 +95,15 @@ class Autoscaler:
     def after_pass(self, observations: Mapping[str, ActorObservation], now: float) -> None:
         """Feed the pass's statistics; in an auto-scaled job, let the core decide."""
         state = self._port.state()
-        with self._lock:
+        # The loop reads the state outside its lock while Ray's threads change it (a channel's
+        # actor registering it, a resize's actors): read under it, then poll a copy (CI: a
+        # channel registered during the poll's Ray calls broke its loop, and the job stopped).
+        with self._port.lock, self._lock:
             self.stats.observe(state, observations, now)
-        if state.channels and now >= self._next_queue_poll:
+            channels = dict(state.channels)
+        if channels and now >= self._next_queue_poll:
             self._next_queue_poll = now + QUEUE_POLL_S
-            views = self.queue_poll(state.channels)  # Ray calls: outside the lock
+            views = self.queue_poll(channels)  # Ray calls: outside the locks
             with self._lock:
                 self.stats.observe_queues(state, views, now)
         metrics = self._metrics()
@@ -122,7 +126,7 @@ class Autoscaler:
             brain.report(samples)
         self._ended(state, brain)
         self._fetch_plans(brain, now)
-        with self._lock:
+        with self._port.lock, self._lock:  # the state read where it does not move (see above)
             seen = self.stats.views(state, now)
             quiet = self.stats.quiet_for(now)
             pressed = tuple(self.stats.memory_views(state))
